@@ -1,0 +1,154 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is the contract a lock store implements. It holds only the atomic
+// store operations; everything about time — renewal every TTL/3, local
+// validity deadlines, MaxHold, loss reporting — is done once, by the Client.
+//
+// The same contract fits try-based stores (Redis, SQL: an atomic
+// compare-and-set, then a wait for a release notice or the holder's
+// remaining TTL) and queue-based stores (ZooKeeper, etcd: enqueue, then wait
+// for the predecessor), because a waiting acquisition is a [Waiter] whose
+// state belongs to the backend.
+//
+// Rules every implementation keeps (the suite in package dlocktest checks
+// them):
+//
+//   - Exclusion: at most one owner holds a name at any moment as judged by
+//     the store's own clock. Expiry is judged by the store (Redis PX, SQL
+//     now(), a ZooKeeper session, an etcd lease), never by comparing client
+//     clocks.
+//   - Tokens: every new grant of a name gets a token strictly greater than
+//     every earlier grant's of that name, for the lifetime of the store's
+//     data (surviving release and expiry). A reentrant grant returns the
+//     holder's token unchanged.
+//   - Reentrancy: a request whose Owner already holds the name is granted at
+//     once with Count incremented; Release decrements the count and frees
+//     the name at zero. Counts live in the store.
+//   - Ownership: Renew and Release act only when Hold.Owner still holds the
+//     name with Hold.Token; otherwise they change nothing and return an error
+//     matching [ErrLeaseLost].
+//   - Errors: not granted is an error matching [ErrNotAcquired] (ideally a
+//     [*HeldError]); a store that cannot be reached matches
+//     [ErrBackendUnavailable]. Any other error is taken as transient by
+//     renewals and as fatal by acquisitions.
+//   - Cleanliness: a failed or cancelled acquisition leaves nothing behind;
+//     Close stops every goroutine and connection the backend started (but
+//     not a client the caller passed in).
+//
+// All methods must be safe for concurrent use.
+type Backend interface {
+	// Acquire makes one attempt to grant req. When granted it returns the
+	// Grant. When the name is held by another owner it returns an error
+	// matching ErrNotAcquired; then, if req.Wait is true, it also returns a
+	// non-nil Waiter that has already registered the request (a queue entry,
+	// a subscription), and if req.Wait is false it leaves nothing behind.
+	Acquire(ctx context.Context, req Request) (Grant, Waiter, error)
+
+	// Renew extends the hold h to ttl from now, by the store's clock.
+	Renew(ctx context.Context, h Hold, ttl time.Duration) error
+
+	// Release gives up one hold of h (decrements the reentry count, frees
+	// the name at zero) and wakes a waiter.
+	Release(ctx context.Context, h Hold) error
+
+	// Close releases what the backend started. It does not release held
+	// locks; the Client does that before calling Close.
+	Close() error
+
+	// String describes the backend and its address for error messages,
+	// e.g. "redis 127.0.0.1:6379". It must not contain secrets.
+	String() string
+}
+
+// Waiter is a registered, waiting acquisition. The Client calls Wait and
+// Acquire alternately until Acquire grants or fails with an error other than
+// ErrNotAcquired, or until the caller gives up, in which case it calls
+// Cancel. Exactly one of "Acquire granted" or "Cancel called" ends every
+// Waiter.
+type Waiter interface {
+	// Wait blocks until the lock may have become free for this waiter — a
+	// release notice, the deletion of the predecessor, the holder's
+	// remaining TTL has passed — or ctx is done (then it returns ctx.Err()).
+	// It may return early; it must not poll at a fixed long interval.
+	Wait(ctx context.Context) error
+
+	// Acquire makes the next attempt, with the results of Backend.Acquire.
+	Acquire(ctx context.Context) (Grant, error)
+
+	// Cancel withdraws the waiter so that it holds up nobody. It is called
+	// with a fresh context even when the caller's was cancelled.
+	Cancel(ctx context.Context) error
+}
+
+// Request is an acquisition as the Client passes it to a Backend.
+type Request struct {
+	// Name is the lock's key on the backend: the caller's name, valid UTF-8
+	// of 1-255 bytes without NUL, after the Client's namespace prefix (at
+	// most 64+1 more bytes). Backends escape it as their store needs.
+	Name string
+	// Owner identifies the holder; a request whose owner already holds the
+	// name re-enters.
+	Owner string
+	// TTL is how long the store keeps the grant without renewal.
+	TTL time.Duration
+	// Fair asks for grants in arrival order among fair waiters.
+	Fair bool
+	// Wait is false for a single attempt (TryLock) and true when the caller
+	// will wait (Lock).
+	Wait bool
+}
+
+// Grant is a successful acquisition.
+type Grant struct {
+	// Token is the fencing token of the hold.
+	Token uint64
+	// Count is the reentry count after this grant: 1 for a new grant.
+	Count int
+	// Handle is backend-private state of the hold (a node path, a key); it
+	// is given back in Hold.
+	Handle any
+}
+
+// Hold identifies a granted hold in Renew and Release.
+type Hold struct {
+	Name   string
+	Owner  string
+	Token  uint64
+	Handle any
+}
+
+// Renewal is one item of a batched renewal.
+type Renewal struct {
+	Hold Hold
+	TTL  time.Duration
+}
+
+// BatchRenewer is implemented by backends that can renew many holds in one
+// round trip. The Client's renewal loop then renews everything that is due
+// in one call per tick. The result has one error (or nil) per renewal, in
+// order; a failure of the whole call is that error in every position.
+type BatchRenewer interface {
+	RenewBatch(ctx context.Context, rs []Renewal) []error
+}
+
+// LockInfo describes one lock as the store sees it, for Inspect and
+// `dlock status`.
+type LockInfo struct {
+	Name    string        // the lock's name (without the Client's namespace in Client.Inspect)
+	Owner   string        // the holder's owner id
+	Token   uint64        // the holder's fencing token
+	Count   int           // the holder's reentry count
+	TTL     time.Duration // remaining lease by the store's clock; 0 if unknown
+	Waiters int           // waiters known to the store (fair queues, queue-based stores); -1 if unknown
+}
+
+// Inspector is implemented by backends that can list held locks. prefix
+// limits the listing to names that start with it ("" lists all).
+type Inspector interface {
+	Inspect(ctx context.Context, prefix string) ([]LockInfo, error)
+}

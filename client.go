@@ -1,0 +1,228 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client is a connection to one lock backend. It owns the backend, the
+// renewal loop of all leases taken through it and every goroutine it
+// started; Close stops and waits for all of them. A Client is safe for
+// concurrent use.
+type Client struct {
+	b     Backend
+	desc  string
+	cfg   config
+	batch BatchRenewer // nil when the backend cannot batch
+
+	// closing is cancelled by Close so that waiting Locks give up.
+	closing context.Context
+	cancel  context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	ops    sync.WaitGroup // Lock, TryLock, Unlock, Extend in progress
+	keeper *keeper
+}
+
+// New returns a Client over backend b. The options set defaults for every
+// Mutex of the client (TTL, Fair, MaxHold, OnWait) and the client's own
+// settings (WithClock, WithLogger, Namespace, Drift); Owner is a Mutex
+// option and is refused here. The Client owns b: Close closes it.
+func New(b Backend, opts ...Option) (*Client, error) {
+	if b == nil {
+		return nil, &Error{Op: "new", Kind: ErrInvalidOption, Err: errors.New("nil backend")}
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.check(true); err != nil {
+		return nil, &Error{Op: "new", Backend: b.String(), Kind: ErrInvalidOption, Err: err}
+	}
+	c := &Client{b: b, desc: b.String(), cfg: cfg}
+	c.batch, _ = b.(BatchRenewer)
+	c.closing, c.cancel = context.WithCancel(context.Background())
+	c.keeper = newKeeper(c)
+	return c, nil
+}
+
+// OpenFunc opens a backend from a URL; backends register one per scheme.
+type OpenFunc func(ctx context.Context, u *url.URL) (Backend, error)
+
+var registry struct {
+	sync.RWMutex
+	m map[string]OpenFunc
+}
+
+// Register makes a backend available to Open under a URL scheme. Backend
+// packages call it from init, as database/sql drivers do. It panics if the
+// scheme is registered twice or open is nil.
+func Register(scheme string, open OpenFunc) {
+	registry.Lock()
+	defer registry.Unlock()
+	if open == nil {
+		panic("dlock: Register of a nil OpenFunc for " + scheme)
+	}
+	if _, dup := registry.m[scheme]; dup {
+		panic("dlock: Register called twice for scheme " + scheme)
+	}
+	if registry.m == nil {
+		registry.m = make(map[string]OpenFunc)
+	}
+	registry.m[scheme] = open
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	s := make([]string, 0, len(registry.m))
+	for k := range registry.m {
+		s = append(s, k)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// Open opens a Client on the backend named by rawURL, e.g.
+// "sqlite:///var/lib/app/locks.db", "redis://127.0.0.1:6379/0" or "mem://".
+// The package of the backend must be imported (for its side effect of
+// registering the scheme). The options are those of [New]. ctx bounds the
+// connection set-up only.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, which may carry a password
+		}
+		return nil, &Error{Op: "open", Kind: ErrInvalidOption, Err: fmt.Errorf("malformed URL: %w", err)}
+	}
+	if u.Scheme == "" {
+		return nil, &Error{Op: "open", Kind: ErrInvalidOption, Err: fmt.Errorf("URL %q has no scheme (want one of %s)", u.Redacted(), strings.Join(Schemes(), ", "))}
+	}
+	registry.RLock()
+	open := registry.m[u.Scheme]
+	registry.RUnlock()
+	if open == nil {
+		return nil, &Error{Op: "open", Kind: ErrInvalidOption, Err: fmt.Errorf("unknown URL scheme %q (registered: %s; is the backend package imported?)", u.Scheme, strings.Join(Schemes(), ", "))}
+	}
+	b, err := open(ctx, u)
+	if err != nil {
+		return nil, &Error{Op: "open", Backend: u.Scheme + " " + u.Redacted(), Kind: kindOf(err), Err: err}
+	}
+	c, err := New(b, opts...)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Backend returns the client's backend.
+func (c *Client) Backend() Backend { return c.b }
+
+// String describes the client's backend.
+func (c *Client) String() string { return c.desc }
+
+// Mutex returns the lock called name. No request is made until Lock or
+// TryLock; an invalid name or option is reported by them. The options
+// override the client's defaults for this Mutex.
+func (c *Client) Mutex(name string, opts ...Option) *Mutex {
+	cfg := c.cfg
+	cfg.clientOnly, cfg.mutexOnly, cfg.errs = nil, nil, nil
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	return &Mutex{c: c, name: name, cfg: cfg}
+}
+
+// Inspect lists the locks held on the backend whose names start with
+// prefix, with names shown without the client's namespace. It needs a
+// backend that implements [Inspector].
+func (c *Client) Inspect(ctx context.Context, prefix string) ([]LockInfo, error) {
+	in, ok := c.b.(Inspector)
+	if !ok {
+		return nil, &Error{Op: "inspect", Backend: c.desc, Err: errors.ErrUnsupported}
+	}
+	if err := c.begin(); err != nil {
+		return nil, &Error{Op: "inspect", Backend: c.desc, Kind: ErrClosed}
+	}
+	defer c.ops.Done()
+	infos, err := in.Inspect(ctx, c.cfg.namespace+prefix)
+	if err != nil {
+		return nil, &Error{Op: "inspect", Backend: c.desc, Kind: kindOf(err), Err: err}
+	}
+	for i := range infos {
+		infos[i].Name = strings.TrimPrefix(infos[i].Name, c.cfg.namespace)
+	}
+	return infos, nil
+}
+
+// begin registers an operation in progress, or reports that the client is
+// closed.
+func (c *Client) begin() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.ops.Add(1)
+	return nil
+}
+
+// Close ends the client: waiting Lock calls return [ErrClosed], the renewal
+// loop stops, every lease still held is released on the backend and reports
+// loss (its Err matches both [ErrLeaseLost] and [ErrClosed]), and the backend
+// is closed. Close waits for all of it. It returns the errors of releases
+// that failed and of closing the backend; a second Close returns ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return &Error{Op: "close", Backend: c.desc, Kind: ErrClosed}
+	}
+	c.closed = true
+	c.mu.Unlock()
+
+	c.cancel()
+	c.ops.Wait()
+	held := c.keeper.stop()
+
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, l := range held {
+		if !l.endHold(&Error{Op: "lease", Name: l.name, Backend: c.desc, Kind: ErrLeaseLost, Err: ErrClosed}, false) {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+			defer cancel()
+			if err := c.b.Release(ctx, l.hold()); err != nil && !errors.Is(err, ErrLeaseLost) {
+				mu.Lock()
+				errs = append(errs, &Error{Op: "unlock", Name: l.name, Backend: c.desc, Kind: kindOf(err), Err: err})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := c.b.Close(); err != nil {
+		errs = append(errs, &Error{Op: "close", Backend: c.desc, Kind: kindOf(err), Err: err})
+	}
+	return errors.Join(errs...)
+}
+
+// releaseTimeout bounds the releases that Close and MaxHold do on their own.
+const releaseTimeout = 5 * time.Second

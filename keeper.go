@@ -1,0 +1,270 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// keeper is a Client's one renewal loop. It renews every held lease at
+// TTL/3 (batched into one call when the backend is a BatchRenewer), ends
+// leases whose validity deadline passes, stops renewing at MaxHold and
+// releases such leases, and retries renewal errors that do not mean loss
+// until the lease's deadline.
+type keeper struct {
+	c *Client
+
+	mu      sync.Mutex
+	leases  map[*Lease]struct{}
+	started bool
+	stopped bool
+
+	wakeCh chan struct{}
+	quit   chan struct{}
+	done   chan struct{}
+	work   sync.WaitGroup // renewals and releases in flight
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// renewConcurrency bounds the renewals in flight at once for a backend
+// that cannot batch them.
+const renewConcurrency = 16
+
+func newKeeper(c *Client) *keeper {
+	k := &keeper{
+		c:      c,
+		leases: make(map[*Lease]struct{}),
+		wakeCh: make(chan struct{}, 1),
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	k.ctx, k.cancel = context.WithCancel(context.Background())
+	return k
+}
+
+// add starts keeping l; the loop starts with the first lease.
+func (k *keeper) add(l *Lease) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
+		return
+	}
+	k.leases[l] = struct{}{}
+	if !k.started {
+		k.started = true
+		go k.loop()
+	}
+	k.wake()
+}
+
+// remove stops keeping l.
+func (k *keeper) remove(l *Lease) {
+	k.mu.Lock()
+	delete(k.leases, l)
+	k.mu.Unlock()
+}
+
+// wake makes the loop look at its leases again.
+func (k *keeper) wake() {
+	select {
+	case k.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the loop and every renewal and release in flight, and returns
+// the leases it was keeping.
+func (k *keeper) stop() []*Lease {
+	k.mu.Lock()
+	k.stopped = true
+	started := k.started
+	held := make([]*Lease, 0, len(k.leases))
+	for l := range k.leases {
+		held = append(held, l)
+	}
+	k.leases = nil
+	k.mu.Unlock()
+	if started {
+		close(k.quit)
+		<-k.done
+	}
+	k.cancel()
+	k.work.Wait()
+	return held
+}
+
+func (k *keeper) loop() {
+	defer close(k.done)
+	clk := k.c.cfg.clock
+	for {
+		now := clk.Now()
+		next := now.Add(time.Hour)
+		var due, ended []*Lease
+		k.mu.Lock()
+		for l := range k.leases {
+			switch l.tick(now, &next) {
+			case tickDue:
+				due = append(due, l)
+			case tickOver:
+				delete(k.leases, l)
+				ended = append(ended, l)
+			}
+		}
+		k.mu.Unlock()
+		for _, l := range ended {
+			if l.takeEndRelease() {
+				k.work.Add(1)
+				go k.release(l)
+			}
+		}
+		if len(due) > 0 {
+			k.work.Add(1)
+			go k.renew(now, due)
+		}
+		select {
+		case <-clk.After(next.Sub(now)):
+		case <-k.wakeCh:
+		case <-k.quit:
+			return
+		}
+	}
+}
+
+type tickResult int
+
+const (
+	tickWait tickResult = iota
+	tickDue
+	tickOver
+)
+
+// tick looks at l at now: whether it is over, due for renewal (then it is
+// marked as renewing), or to be looked at again by *next.
+func (l *Lease) tick(now time.Time, next *time.Time) tickResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil && !now.Before(l.deadline) {
+		l.expireLocked()
+	}
+	if l.err != nil {
+		return tickOver
+	}
+	if l.deadline.Before(*next) {
+		*next = l.deadline
+	}
+	if l.renewing != nil || l.final || l.unlocked {
+		return tickWait
+	}
+	// Renewals due within a tenth of the TTL go along with this one, so
+	// that a batching backend gets them in one call.
+	if !now.Before(l.nextRenew.Add(-l.ttl / 10)) {
+		l.renewing = make(chan struct{})
+		return tickDue
+	}
+	if l.nextRenew.Before(*next) {
+		*next = l.nextRenew
+	}
+	return tickWait
+}
+
+// takeEndRelease reports whether the keeper must release the ended lease
+// l on the backend (MaxHold), and marks it released.
+func (l *Lease) takeEndRelease() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.relOnEnd || l.released {
+		return false
+	}
+	l.released = true
+	return true
+}
+
+func (k *keeper) release(l *Lease) {
+	defer k.work.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := k.c.b.Release(ctx, l.hold()); err != nil && !errors.Is(err, ErrLeaseLost) {
+		k.c.cfg.logger.Warn("dlock: release at MaxHold failed; the lock expires with its TTL",
+			"lock", l.name, "backend", k.c.desc, "err", err)
+	}
+}
+
+// renew renews the leases in due, which tick marked as renewing.
+func (k *keeper) renew(now time.Time, due []*Lease) {
+	defer k.work.Done()
+	defer k.wake()
+	clk := k.c.cfg.clock
+	sent := clk.Now()
+	rs := make([]Renewal, len(due))
+	finals := make([]bool, len(due))
+	limit := sent.Add(time.Hour)
+	for i, l := range due {
+		l.mu.Lock()
+		var ttl time.Duration
+		ttl, finals[i] = l.renewTTLLocked(sent, l.ttl)
+		rs[i] = Renewal{Hold: l.hold(), TTL: ttl}
+		if l.deadline.Before(limit) {
+			limit = l.deadline
+		}
+		l.mu.Unlock()
+	}
+	// A renewal answered after the earliest deadline is of no use to that
+	// lease; bound the call by it.
+	ctx, cancel := context.WithTimeout(k.ctx, limit.Sub(sent))
+	defer cancel()
+	errs := make([]error, len(due))
+	if k.c.batch != nil && len(rs) > 1 {
+		got := k.c.batch.RenewBatch(ctx, rs)
+		for i := range errs {
+			if i < len(got) {
+				errs[i] = got[i]
+			} else {
+				errs[i] = errors.New("backend returned too few batch results")
+			}
+		}
+	} else {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, renewConcurrency)
+		for i := range rs {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				errs[i] = k.c.b.Renew(ctx, rs[i].Hold, rs[i].TTL)
+			}()
+		}
+		wg.Wait()
+	}
+	done := clk.Now()
+	for i, l := range due {
+		l.renewed(sent, done, rs[i].TTL, finals[i], errs[i])
+	}
+}
+
+// renewed records the outcome of a renewal sent at sent.
+func (l *Lease) renewed(sent, done time.Time, ttl time.Duration, final bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch := l.renewing
+	l.renewing = nil
+	if ch != nil {
+		close(ch)
+	}
+	if l.err != nil {
+		return
+	}
+	switch {
+	case err == nil:
+		l.final = final
+		l.renewedLocked(sent, ttl)
+	case errors.Is(err, ErrLeaseLost):
+		l.endLocked(ErrLeaseLost, err, false, true)
+	default:
+		l.lastErr = err
+		l.nextRenew = done.Add(retryDelay(l.ttl))
+		l.c.cfg.logger.Debug("dlock: renewal failed; retrying within the lease",
+			"lock", l.name, "backend", l.c.desc, "deadline_in", l.deadline.Sub(done), "err", err)
+	}
+}

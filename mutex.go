@@ -1,0 +1,165 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Mutex is a named distributed lock of a Client. It holds no state of its
+// own beyond its options: every Lock or TryLock is a separate acquisition
+// that returns its own Lease. A Mutex is safe for concurrent use; two
+// goroutines that lock the same Mutex exclude each other unless they share
+// an explicit Owner or pass a lease with WithLease.
+type Mutex struct {
+	c    *Client
+	name string
+	cfg  config
+}
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock acquires the lock, waiting until it is granted or ctx is done. While
+// waiting it is woken by the backend when the lock is released (or when the
+// holder's lease runs out) rather than polling.
+//
+// If ctx carries a lease of the same lock (see [WithLease]) or the Mutex
+// has an explicit [Owner] that holds it, Lock re-enters: it returns at once
+// with the holder's token, and the lock frees after as many Unlocks.
+//
+// If ctx ends first, Lock returns an error matching both [ErrNotAcquired]
+// and ctx.Err(), and leaves nothing behind: its place in any queue is
+// withdrawn, so nobody after it is delayed.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	return m.acquire(ctx, "lock", true)
+}
+
+// TryLock acquires the lock if it is free (or re-enters it, as Lock does)
+// and otherwise returns at once with an error matching [ErrNotAcquired];
+// errors.As with a [*HeldError] tells who holds it when the backend knows.
+// It never waits for the lock, only for the backend's answer.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
+	return m.acquire(ctx, "trylock", false)
+}
+
+func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, error) {
+	c := m.c
+	fail := func(kind, err error) (*Lease, error) {
+		return nil, &Error{Op: op, Name: m.name, Backend: c.desc, Kind: kind, Err: err}
+	}
+	if msg := validName(m.name, MaxNameLen); msg != "" {
+		return fail(ErrInvalidName, fmt.Errorf("name %s", msg))
+	}
+	if err := m.cfg.check(false); err != nil {
+		return fail(ErrInvalidOption, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(ErrNotAcquired, err)
+	}
+	key := c.cfg.namespace + m.name
+	owner := m.cfg.owner
+	if outer := LeaseFrom(ctx); outer != nil && outer.c.b == c.b && outer.key == key {
+		if err := outer.Err(); err != nil {
+			return fail(ErrLeaseLost, fmt.Errorf("the outer lease in the context is over: %w", err))
+		}
+		owner = outer.owner
+	}
+	if owner == "" {
+		owner = newOwner()
+	}
+	if err := c.begin(); err != nil {
+		return fail(ErrClosed, nil)
+	}
+	defer c.ops.Done()
+	// Close cancels waiting acquisitions.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.closing, cancel)
+	defer stop()
+
+	req := Request{Name: key, Owner: owner, TTL: m.cfg.ttl, Fair: m.cfg.fair, Wait: wait}
+	clk := c.cfg.clock
+	sent := clk.Now()
+	g, w, err := c.b.Acquire(ctx, req)
+	var seen string
+	for w != nil && err != nil && errors.Is(err, ErrNotAcquired) {
+		if m.cfg.onWait != nil {
+			var held *HeldError
+			if errors.As(err, &held) && held.Holder.Owner != seen {
+				seen = held.Holder.Owner
+				m.cfg.onWait(held.Holder)
+			}
+		}
+		if err = w.Wait(ctx); err != nil {
+			break
+		}
+		sent = clk.Now()
+		g, err = w.Acquire(ctx)
+	}
+	if err != nil {
+		if w != nil {
+			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			if cerr := w.Cancel(cctx); cerr != nil {
+				c.cfg.logger.Warn("dlock: withdrawing a waiter failed", "lock", m.name, "backend", c.desc, "err", cerr)
+			}
+			ccancel()
+		}
+		if c.closing.Err() != nil {
+			return fail(ErrClosed, err)
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			// The wait ended by cancellation: match ErrNotAcquired and ctx.Err().
+			if !errors.Is(err, ctxErr) {
+				err = errors.Join(err, ctxErr)
+			}
+			return fail(ErrNotAcquired, err)
+		}
+		return fail(kindOf(err), err)
+	}
+	l := newLease(c, m, key, owner, g, sent)
+	c.keeper.add(l)
+	return l, nil
+}
+
+var ownerPrefix = func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s/%d/", host, os.Getpid())
+}()
+
+// newOwner returns a fresh owner id: host and pid for people reading
+// `dlock status`, and 128 random bits so that no two acquisitions share it.
+func newOwner() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return ownerPrefix + hex.EncodeToString(b[:])
+}
+
+type leaseKey struct{}
+
+// WithLease returns a context that carries lease l. A Lock or TryLock of the
+// same lock name on the same backend with this context re-enters l instead
+// of waiting for it: it gets l's token and a hold count kept on the backend,
+// and must be unlocked on its own. Locks of other names are not affected.
+func WithLease(ctx context.Context, l *Lease) context.Context {
+	return context.WithValue(ctx, leaseKey{}, l)
+}
+
+// LeaseFrom returns the lease carried by ctx (see [WithLease]), or nil.
+func LeaseFrom(ctx context.Context) *Lease {
+	l, _ := ctx.Value(leaseKey{}).(*Lease)
+	return l
+}
+
+// retryDelay is how soon a renewal that failed without losing the lease is
+// tried again: often enough for several tries within the lease.
+func retryDelay(ttl time.Duration) time.Duration {
+	return min(max(ttl/20, 5*time.Millisecond), time.Second)
+}

@@ -1,0 +1,220 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults and limits of the options.
+const (
+	// DefaultTTL is the lease TTL when no TTL option is given.
+	DefaultTTL = 30 * time.Second
+	// MinTTL is the shortest TTL accepted: below it a renewal every TTL/3
+	// cannot complete reliably within the lease.
+	MinTTL = 100 * time.Millisecond
+	// DefaultDrift is the share of the TTL a lease's validity keeps in
+	// reserve for clock drift between the client and the backend.
+	DefaultDrift = 0.01
+	// MaxNameLen is the longest lock name, in bytes.
+	MaxNameLen = 255
+	// MaxNamespaceLen is the longest key namespace, in bytes.
+	MaxNamespaceLen = 64
+)
+
+// An Option configures a Client (given to [Open] or [New], where it sets the
+// default for every Mutex) or a single Mutex (given to [Client.Mutex]).
+// Options that only make sense for one of the two say so; given to the
+// other, they are reported as [ErrInvalidOption].
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is the resolved set of options of a Client or a Mutex.
+type config struct {
+	ttl       time.Duration
+	owner     string
+	fair      bool
+	maxHold   time.Duration
+	clock     Clock
+	logger    *slog.Logger
+	namespace string
+	drift     float64
+	onWait    func(Holder)
+
+	// which client-only or mutex-only options were set, for validation.
+	clientOnly []string
+	mutexOnly  []string
+	errs       []string
+}
+
+// TTL sets the lease time to live: how long the backend keeps the lock
+// after the last renewal if the holder stops renewing (crashes). The client
+// renews every TTL/3. The default is [DefaultTTL]; a TTL below [MinTTL]
+// (including zero or negative) is [ErrInvalidOption]. Backends with a
+// coarser clock may round it up (etcd to whole seconds).
+func TTL(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < MinTTL {
+			c.errs = append(c.errs, fmt.Sprintf("TTL %v is below the minimum %v", d, MinTTL))
+			return
+		}
+		c.ttl = d
+	})
+}
+
+// Owner sets an explicit owner identity for a Mutex, which makes it
+// reentrant: a Lock by the same owner while the lock is held by that owner
+// succeeds at once with the same token and increments a hold count kept on
+// the backend; the lock frees after as many Unlocks. Another process using
+// the same owner id can re-enter too. Without Owner each acquisition gets a
+// fresh random owner id and locks never nest. Owner is a Mutex option; an
+// empty id, or one longer than 255 bytes or not valid UTF-8, is
+// [ErrInvalidOption].
+func Owner(id string) Option {
+	return optionFunc(func(c *config) {
+		c.mutexOnly = append(c.mutexOnly, "Owner")
+		if id == "" || len(id) > MaxNameLen || !utf8.ValidString(id) {
+			c.errs = append(c.errs, fmt.Sprintf("owner %q must be 1-%d bytes of valid UTF-8", id, MaxNameLen))
+			return
+		}
+		c.owner = id
+	})
+}
+
+// Fair makes waiters acquire the lock in the order they asked for it. A
+// waiter that gives up (its context ends) leaves the queue at once and does
+// not hold up those behind it. ZooKeeper and etcd are fair by construction;
+// other backends keep a queue.
+func Fair() Option {
+	return optionFunc(func(c *config) { c.fair = true })
+}
+
+// MaxHold bounds how long a lease may be held: renewals never extend it
+// past MaxHold after the grant, and at that moment the lease is lost (Done
+// closes, its Context is cancelled) and released on the backend. Zero, the
+// default, means no bound. A MaxHold below the TTL is [ErrInvalidOption].
+func MaxHold(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("MaxHold %v is negative", d))
+			return
+		}
+		c.maxHold = d
+	})
+}
+
+// WithClock sets the clock the client uses for lease deadlines and renewal
+// timing (default: the system's monotonic clock). Tests use it to skew or
+// jump time. It is a Client option.
+func WithClock(clk Clock) Option {
+	return optionFunc(func(c *config) {
+		c.clientOnly = append(c.clientOnly, "WithClock")
+		if clk == nil {
+			c.errs = append(c.errs, "WithClock(nil)")
+			return
+		}
+		c.clock = clk
+	})
+}
+
+// WithLogger sets the logger for renewal errors and lost leases (default:
+// slog.Default()). It is a Client option.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		c.clientOnly = append(c.clientOnly, "WithLogger")
+		if l == nil {
+			c.errs = append(c.errs, "WithLogger(nil)")
+			return
+		}
+		c.logger = l
+	})
+}
+
+// Namespace prefixes every lock name of the Client with prefix+"/" on the
+// backend, so that several applications can share one store. Names in
+// errors, leases and Inspect are shown without it. It is a Client option;
+// the prefix must be 1-64 bytes of valid UTF-8 without NUL.
+func Namespace(prefix string) Option {
+	return optionFunc(func(c *config) {
+		c.clientOnly = append(c.clientOnly, "Namespace")
+		if err := validName(prefix, MaxNamespaceLen); err != "" {
+			c.errs = append(c.errs, "namespace "+err)
+			return
+		}
+		c.namespace = prefix + "/"
+	})
+}
+
+// Drift sets the share of the TTL that a lease's validity keeps in reserve
+// for the difference between the client's and the backend's clock rates
+// (default [DefaultDrift], 1%): the lease is valid until the send time of
+// the last successful renewal + TTL × (1 − drift). It must be in [0, 0.5).
+// It is a Client option.
+func Drift(f float64) Option {
+	return optionFunc(func(c *config) {
+		c.clientOnly = append(c.clientOnly, "Drift")
+		if !(f >= 0 && f < 0.5) {
+			c.errs = append(c.errs, fmt.Sprintf("drift %v is outside [0, 0.5)", f))
+			return
+		}
+		c.drift = f
+	})
+}
+
+// OnWait sets a function that Lock calls when it finds the lock held and
+// starts (or goes on) waiting, each time the holder it learns of changes.
+// The CLI uses it to tell a person what they are waiting for. fn must not
+// block.
+func OnWait(fn func(Holder)) Option {
+	return optionFunc(func(c *config) { c.onWait = fn })
+}
+
+func defaultConfig() config {
+	return config{ttl: DefaultTTL, drift: DefaultDrift, clock: SystemClock(), logger: slog.Default()}
+}
+
+// validName returns why s is not a valid lock name of at most max bytes, or "".
+func validName(s string, max int) string {
+	switch {
+	case s == "":
+		return "is empty"
+	case len(s) > max:
+		return fmt.Sprintf("is %d bytes, longer than %d", len(s), max)
+	case !utf8.ValidString(s):
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return "contains a NUL byte"
+		}
+	}
+	return ""
+}
+
+// check reports the problems of a resolved configuration; client says
+// whether it configures a Client (true) or a Mutex.
+func (c *config) check(client bool) error {
+	errs := slices.Clone(c.errs)
+	if client && len(c.mutexOnly) > 0 {
+		errs = append(errs, strings.Join(c.mutexOnly, ", ")+" is a Mutex option, not a Client option")
+	}
+	if !client && len(c.clientOnly) > 0 {
+		errs = append(errs, strings.Join(c.clientOnly, ", ")+" is a Client option, not a Mutex option")
+	}
+	if c.maxHold > 0 && c.maxHold < c.ttl {
+		errs = append(errs, fmt.Sprintf("MaxHold %v is below the TTL %v", c.maxHold, c.ttl))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(errs, "; "))
+}
