@@ -3,9 +3,9 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
-	"log/slog"
 	"time"
 	"unicode/utf8"
 )
