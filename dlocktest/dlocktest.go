@@ -162,6 +162,7 @@ func (s *suite) clientOn(b dlock.Backend, opts ...dlock.Option) *dlock.Client {
 type crashable struct {
 	dlock.Backend
 	crashed atomic.Bool
+	noRenew atomic.Bool // renewals fail, releases go through
 	once    sync.Once
 }
 
@@ -173,7 +174,7 @@ func (c *crashable) crash() {
 }
 
 func (c *crashable) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
-	if c.crashed.Load() {
+	if c.crashed.Load() || c.noRenew.Load() {
 		return errCrashed
 	}
 	return c.Backend.Renew(ctx, h, ttl)
@@ -830,7 +831,8 @@ func (s *suite) closeWithLocksHeld() {
 func (s *suite) extend() {
 	name := s.name("ext")
 	ttl := s.cfg.ttl
-	a, b := s.client(dlock.TTL(ttl)), s.client()
+	cb := &crashable{Backend: s.f(s.t)}
+	a, b := s.clientOn(cb, dlock.TTL(ttl)), s.client()
 	l := s.lock(a.Mutex(name))
 	before := l.Deadline()
 	if err := l.Extend(s.ctx(time.Minute), 10*ttl); err != nil {
@@ -839,7 +841,14 @@ func (s *suite) extend() {
 	if !l.Deadline().After(before.Add(5 * ttl)) {
 		s.t.Errorf("Extend(%v) moved the deadline from %v to %v", 10*ttl, before, l.Deadline())
 	}
+	// With background renewals failing from now on, the lock is held for
+	// the extended TTL, not the original one.
+	cb.noRenew.Store(true)
+	time.Sleep(3 * ttl)
 	s.mustBeHeld(b, name)
+	if err := l.Err(); err != nil {
+		s.t.Errorf("lease lost within its extended TTL: %v", err)
+	}
 	if err := l.Extend(s.ctx(time.Minute), 0); !errors.Is(err, dlock.ErrInvalidOption) {
 		s.t.Errorf("Extend(0): %v, want ErrInvalidOption", err)
 	}
