@@ -1,0 +1,314 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/mem"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClock is a clock that follows the system clock plus an offset that a
+// test can jump, as a process paused past its deadline would see.
+type fakeClock struct{ off atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time                         { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *fakeClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (c *fakeClock) jump(d time.Duration)                   { c.off.Add(int64(d)) }
+
+// flaky wraps a backend to count calls and fail renewals on demand.
+type flaky struct {
+	dlock.Backend
+	renews, batches atomic.Int32
+	failure         atomic.Pointer[error] // renewals fail with it when set
+}
+
+func (f *flaky) setFail(err error) {
+	if err == nil {
+		f.failure.Store(nil)
+		return
+	}
+	f.failure.Store(&err)
+}
+
+func (f *flaky) failing() error {
+	if p := f.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (f *flaky) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	f.renews.Add(1)
+	if err := f.failing(); err != nil {
+		return err
+	}
+	return f.Backend.Renew(ctx, h, ttl)
+}
+
+// batching wraps a flaky backend and forwards batched renewals.
+type batching struct{ *flaky }
+
+func (b batching) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	b.batches.Add(1)
+	if err := b.failing(); err != nil {
+		errs := make([]error, len(rs))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	return b.Backend.(dlock.BatchRenewer).RenewBatch(ctx, rs)
+}
+
+func newClient(t *testing.T, b dlock.Backend, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.New(b, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestPauseIsSeenAtTheNextCheck(t *testing.T) {
+	clk := &fakeClock{}
+	c := newClient(t, mem.New(), dlock.WithClock(clk), dlock.TTL(10*time.Second))
+	l, err := c.Mutex("p").Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := l.Context()
+	if dl, ok := ctx.Deadline(); !ok || !dl.Equal(l.Deadline()) {
+		t.Fatalf("Context().Deadline() = %v, %v; want %v", dl, ok, l.Deadline())
+	}
+	if want := 10 * time.Second * 99 / 100; l.Deadline().Sub(clk.Now()) > want {
+		t.Fatalf("deadline %v ahead, want at most TTL×(1−drift) = %v", l.Deadline().Sub(clk.Now()), want)
+	}
+	child, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A pause of 11s: the process resumes and checks at once, before any
+	// goroutine of the client had a chance to run.
+	clk.jump(11 * time.Second)
+	err = l.Err()
+	if !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Err() right after the pause = %v, want ErrLeaseLost", err)
+	}
+	if !strings.Contains(err.Error(), `"p"`) || !strings.Contains(err.Error(), "mem") {
+		t.Errorf("error %q does not name the lock and the backend", err)
+	}
+	if err := ctx.Err(); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Context().Err() = %v, want DeadlineExceeded and ErrLeaseLost", err)
+	}
+	if err := context.Cause(ctx); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("context.Cause = %v", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Error("Done() open after Err() reported the loss")
+	}
+	select {
+	case <-child.Done():
+	case <-time.After(5 * time.Second):
+		t.Error("a context derived from the lease's was not cancelled")
+	}
+	if err := l.Unlock(context.Background()); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Unlock after the pause = %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestTransientRenewalErrorsAreRetried(t *testing.T) {
+	f := &flaky{Backend: mem.New()}
+	c := newClient(t, f, dlock.TTL(300*time.Millisecond))
+	l, err := c.Mutex("r").Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fail renewals for a third of the TTL: the lease survives, because the
+	// keeper retries well within the lease.
+	f.setFail(errors.New("connection reset"))
+	time.Sleep(150 * time.Millisecond)
+	before := f.renews.Load()
+	f.setFail(nil)
+	time.Sleep(600 * time.Millisecond)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost despite renewals that recovered: %v", err)
+	}
+	if before < 2 {
+		t.Errorf("%d renewal attempts during the failure; want retries", before)
+	}
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPersistentRenewalErrorLosesByDeadline(t *testing.T) {
+	f := &flaky{Backend: mem.New()}
+	c := newClient(t, f, dlock.TTL(300*time.Millisecond))
+	l, err := c.Mutex("r").Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("network unreachable")
+	f.setFail(cause)
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not lost although every renewal failed")
+	}
+	// Lost at its own deadline, before the store could have given it away.
+	if time.Now().Before(l.Deadline()) {
+		t.Errorf("lost before the deadline %v", l.Deadline())
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrLeaseLost) || !errors.Is(err, cause) {
+		t.Errorf("Err() = %v, want ErrLeaseLost wrapping the renewal error", err)
+	}
+}
+
+func TestLossAnsweredByTheBackend(t *testing.T) {
+	s := mem.NewStore()
+	c := newClient(t, s.Backend(), dlock.TTL(300*time.Millisecond))
+	l, err := c.Mutex("x").Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone releases it with the holder's identity: the next renewal is
+	// answered "not yours", and the lease is lost at once.
+	if err := s.Backend().Release(context.Background(), dlock.Hold{Name: "x", Owner: l.Owner(), Token: l.Token()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not lost after the backend said it is gone")
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrLeaseLost) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Err() = %v, want ErrLeaseLost, not a deadline", err)
+	}
+}
+
+func TestRenewalsAreBatched(t *testing.T) {
+	f := &flaky{Backend: mem.New()}
+	c := newClient(t, batching{f}, dlock.TTL(300*time.Millisecond))
+	var leases []*dlock.Lease
+	for i := range 50 {
+		l, err := c.Mutex(fmt.Sprint("b", i)).Lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	time.Sleep(time.Second)
+	for _, l := range leases {
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+		l.Unlock(context.Background())
+	}
+	// 50 leases × ~3 rounds: batched, that is a few calls, not 150.
+	if b, r := f.batches.Load(), f.renews.Load(); b == 0 || b > 30 || r > 10 {
+		t.Errorf("%d batch calls and %d single renewals for 50 leases over 3 TTLs", b, r)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	ctx := context.Background()
+	for url, want := range map[string]error{
+		"nosuch://x":           dlock.ErrInvalidOption,
+		"://bad":               dlock.ErrInvalidOption,
+		"no-scheme":            dlock.ErrInvalidOption,
+		"mem://x/with/path":    dlock.ErrInvalidOption,
+		"mem://x?unknown=opts": dlock.ErrInvalidOption,
+	} {
+		c, err := dlock.Open(ctx, url)
+		if !errors.Is(err, want) || c != nil {
+			t.Errorf("Open(%q) = %v, %v; want %v", url, c, err, want)
+		}
+	}
+	_, err := dlock.Open(ctx, "nosuch://x")
+	if !strings.Contains(err.Error(), "nosuch") || !strings.Contains(err.Error(), "mem") {
+		t.Errorf("unknown scheme error %q should name the scheme and the registered ones", err)
+	}
+	if _, err := dlock.New(nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New(nil) = %v", err)
+	}
+	for _, opt := range []dlock.Option{dlock.Owner("x"), dlock.Drift(0.7), dlock.Namespace(""), dlock.WithClock(nil), dlock.WithLogger(nil), dlock.TTL(0)} {
+		if _, err := dlock.New(mem.New(), opt); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("New with a bad option: %v, want ErrInvalidOption", err)
+		}
+	}
+}
+
+func TestNamespace(t *testing.T) {
+	s := mem.NewStore()
+	a := newClient(t, s.Backend(), dlock.Namespace("app1"))
+	b := newClient(t, s.Backend(), dlock.Namespace("app2"))
+	ctx := context.Background()
+	la, err := a.Mutex("job").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Mutex("job").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("the same name in another namespace: %v", err)
+	}
+	infos, err := a.Inspect(ctx, "")
+	if err != nil || len(infos) != 1 || infos[0].Name != "job" || infos[0].Owner != la.Owner() {
+		t.Errorf("Inspect in namespace app1 = %+v, %v", infos, err)
+	}
+	la.Unlock(ctx)
+	lb.Unlock(ctx)
+}
+
+func TestCancelledWaitMatchesBothErrors(t *testing.T) {
+	c := newClient(t, mem.New())
+	ctx := context.Background()
+	l, _ := c.Mutex("w").Lock(ctx)
+	defer l.Unlock(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Mutex("w").Lock(wctx)
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock past its context = %v, want ErrNotAcquired and DeadlineExceeded", err)
+	}
+	if !strings.Contains(err.Error(), `lock "w" on mem`) {
+		t.Errorf("error %q does not name the lock and backend", err)
+	}
+}
+
+func TestUnlockAndExtendRaceWithRenewals(t *testing.T) {
+	c := newClient(t, mem.New(), dlock.TTL(dlock.MinTTL))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Mutex(fmt.Sprint("u", i)).Lock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for range 5 {
+				time.Sleep(10 * time.Millisecond)
+				if err := l.Extend(ctx, dlock.MinTTL); err != nil {
+					t.Error(err)
+				}
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+}
