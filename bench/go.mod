@@ -1,0 +1,5 @@
+module github.com/dlock-dev/dlock/bench
+
+go 1.24
+
+replace github.com/dlock-dev/dlock => ../
