@@ -1,0 +1,7 @@
+package main
+
+// The backends dlock can use, one import each: a backend package registers
+// its URL schemes with dlock.Register when it is imported.
+import (
+	_ "github.com/dlock-dev/dlock/mem"
+)

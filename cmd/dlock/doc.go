@@ -1,0 +1,56 @@
+// Command dlock runs programs under distributed locks, like flock(1) across
+// machines, and shows who holds which lock.
+//
+// Usage:
+//
+//	dlock run [--url URL] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]
+//	dlock status [--url URL] [--prefix P]
+//	dlock help [COMMAND]
+//
+// The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite
+// file in the user's state directory,
+// sqlite://$XDG_STATE_HOME/dlock/locks.db (or ~/.local/state/dlock/locks.db),
+// which coordinates the processes of one host.
+//
+// # dlock run
+//
+// dlock run waits for the lock NAME, then runs COMMAND holding it and
+// releases it when COMMAND exits. Like flock(1), it waits for as long as it
+// takes unless told otherwise: --wait 0 fails at once if the lock is held
+// (flock -n), --wait 30s waits at most 30 seconds (flock -w). While it
+// waits it says on stderr who holds the lock, and again whenever the holder
+// changes.
+//
+// COMMAND runs with stdin, stdout and stderr passed through, in a process
+// group of its own (given the terminal when dlock has it), with
+// DLOCK_NAME, DLOCK_TOKEN (the fencing token of the grant), DLOCK_OWNER and
+// DLOCK_URL in its environment. The lease is renewed every TTL/3 while
+// COMMAND runs. If it is lost nonetheless — the backend gave the lock away
+// or could not be reached before the lease ran out — dlock sends SIGTERM to
+// COMMAND's process group, SIGKILL after --grace, and exits 4.
+// SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to dlock are passed on to
+// COMMAND's process group; the lock is released once COMMAND has exited.
+//
+// # Exit status of dlock run
+//
+//	N      COMMAND ran, holding the lock throughout, and exited with status N
+//	128+N  COMMAND was killed by signal N (130 for SIGINT, 143 for SIGTERM),
+//	       or dlock got signal N while it was waiting for the lock
+//	2      usage error: a bad flag, URL, lock name, owner or TTL
+//	3      the lock is busy: not acquired within --wait
+//	4      the lease was lost while COMMAND ran; COMMAND was terminated
+//	5      backend error: the backend cannot be opened or does not answer
+//	126    COMMAND cannot be executed (for example permission denied)
+//	127    COMMAND was not found
+//
+// A COMMAND that itself exits with 2, 3, 4 or 5 is not told apart from
+// dlock's own codes except by the message dlock writes on stderr, which it
+// does for every code of its own.
+//
+// # dlock status
+//
+// dlock status lists the locks held on the backend (those whose names start
+// with --prefix) with owner, fencing token, reentry count, remaining lease
+// and waiters. It exits 0 on success, 1 if the backend cannot list locks,
+// 2 on a usage error and 5 on a backend error.
+package main

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Exit codes of dlock's own outcomes; see the package documentation.
+const (
+	exitOK        = 0
+	exitFailure   = 1   // a failure with no code of its own (status: cannot list)
+	exitUsage     = 2   // bad flags, URL, name, owner or TTL
+	exitBusy      = 3   // not acquired within --wait
+	exitLost      = 4   // the lease was lost while the command ran
+	exitBackend   = 5   // the backend cannot be opened or does not answer
+	exitNoExec    = 126 // the command cannot be executed
+	exitNotFound  = 127 // the command was not found
+	exitSignalled = 128 // plus the signal number
+)
+
+func main() {
+	os.Exit(dlockMain(os.Args[1:], &env{
+		stdin:  os.Stdin,
+		stdout: os.Stdout,
+		stderr: os.Stderr,
+		getenv: os.Getenv,
+	}))
+}
+
+// env is what a command gets from the process: its standard files and
+// environment.
+type env struct {
+	stdin, stdout, stderr *os.File
+	getenv                func(string) string
+}
+
+// errorf writes a message prefixed by "dlock: " (or the message of a
+// library error, which has the prefix) on stderr.
+func (e *env) errorf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if !strings.HasPrefix(msg, "dlock") {
+		msg = "dlock: " + msg
+	}
+	fmt.Fprintln(e.stderr, msg)
+}
+
+// command is a subcommand of dlock.
+type command struct {
+	name     string
+	synopsis string // one line for the overview
+	usage    string // the text of "dlock help NAME", with the flags listed at %FLAGS%
+	flags    func(*flag.FlagSet) any
+	order    []string // the flags in the order of the help text: "name ARG", or "name" for a bool
+	run      func(ctx context.Context, e *env, opts any, args []string) int
+}
+
+var commands []*command // filled by the init functions of run.go and status.go
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func dlockMain(args []string, e *env) int {
+	if len(args) == 0 {
+		overview(e.stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) == 1 || args[0] != "help" {
+			overview(e.stdout)
+			return exitOK
+		}
+		c := lookup(args[1])
+		if c == nil || len(args) > 2 {
+			e.errorf("help: unknown command %q; commands: %s", strings.Join(args[1:], " "), commandNames())
+			return exitUsage
+		}
+		printUsage(e.stdout, c)
+		return exitOK
+	}
+	c := lookup(args[0])
+	if c == nil {
+		e.errorf("unknown command %q; commands: %s (see 'dlock help')", args[0], commandNames())
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("dlock "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	opts := c.flags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(e.stdout, c)
+			return exitOK
+		}
+		return usageError(e, c, "%v", err)
+	}
+	return c.run(context.Background(), e, opts, fs.Args())
+}
+
+// usageError reports a usage error of command c and returns exitUsage.
+func usageError(e *env, c *command, format string, args ...any) int {
+	e.errorf("%s: %s", c.name, fmt.Sprintf(format, args...))
+	fmt.Fprintf(e.stderr, "usage: %s\nRun 'dlock help %s' for details.\n", c.synopsis, c.name)
+	return exitUsage
+}
+
+func commandNames() string {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	return strings.Join(names, ", ")
+}
+
+func overview(w io.Writer) {
+	fmt.Fprintf(w, `dlock runs programs under distributed locks, like flock(1) across machines.
+
+Usage:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %s\n", c.synopsis)
+	}
+	fmt.Fprintf(w, `  dlock help [COMMAND]
+
+Commands:
+  run      run a command while holding a lock
+  status   list the locks held on a backend
+  help     show this text, or a command's flags and exit codes
+
+%s
+Run 'dlock help run' for the exit codes of dlock run.
+`, backendHelp())
+}
+
+func backendHelp() string {
+	return fmt.Sprintf(`The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite file
+in your state directory, sqlite://$XDG_STATE_HOME/dlock/locks.db (or
+~/.local/state/dlock/locks.db), which coordinates the processes of one host.
+URL schemes built in: %s.
+`, strings.Join(dlock.Schemes(), ", "))
+}
+
+func printUsage(w io.Writer, c *command) {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	c.flags(fs)
+	var b strings.Builder
+	for _, o := range c.order {
+		name, _, _ := strings.Cut(o, " ")
+		fmt.Fprintf(&b, "  --%-13s %s\n", o, strings.ReplaceAll(fs.Lookup(name).Usage, "\n", "\n"+strings.Repeat(" ", 18)))
+	}
+	fmt.Fprint(w, strings.Replace(c.usage, "%FLAGS%", b.String(), 1))
+}
+
+// optDuration is a duration flag that knows whether it was set. It takes
+// Go durations ("500ms", "1m30s") and plain numbers of seconds ("2.5").
+type optDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (o *optDuration) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o *optDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(f) || math.Abs(f) > float64(math.MaxInt64)/float64(time.Second) {
+			return fmt.Errorf("%q is not a duration (write e.g. 500ms, 30s, 5m, or a number of seconds)", s)
+		}
+		d = time.Duration(f * float64(time.Second))
+	}
+	o.d, o.set = d, true
+	return nil
+}
+
+// cliLogger is the logger given to the library: quiet unless verbose, since
+// the CLI reports every outcome itself.
+func cliLogger(w io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelError
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+// openClient opens the backend named by url (see backendURL) and reports a
+// failure on stderr, returning the exit code to use.
+func openClient(ctx context.Context, e *env, rawURL string, verbose bool) (*dlock.Client, string, int) {
+	u, err := backendURL(rawURL, e.getenv)
+	if err != nil {
+		e.errorf("%v", err)
+		return nil, "", exitBackend
+	}
+	c, err := dlock.Open(ctx, u, dlock.WithLogger(cliLogger(e.stderr, verbose)))
+	if err != nil {
+		e.errorf("%v", err)
+		return nil, u, errorCode(err)
+	}
+	return c, u, exitOK
+}
+
+// errorCode maps a library error to an exit code.
+func errorCode(err error) int {
+	switch {
+	case errors.Is(err, dlock.ErrInvalidName), errors.Is(err, dlock.ErrInvalidOption):
+		return exitUsage
+	case errors.Is(err, dlock.ErrNotAcquired):
+		return exitBusy
+	case errors.Is(err, dlock.ErrLeaseLost):
+		return exitLost
+	}
+	return exitBackend
+}

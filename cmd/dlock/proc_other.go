@@ -1,0 +1,55 @@
+//go:build !(linux || darwin || dragonfly || freebsd || netbsd || openbsd)
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+)
+
+// forwarded are the signals that dlock passes on to the command.
+var forwarded = []os.Signal{os.Interrupt}
+
+// child is a started command. Without Unix process groups, signals reach
+// the command only, not its own children.
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func startChild(cmd *exec.Cmd) (*child, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
+func (c *child) terminate()                 { c.cmd.Process.Kill() }
+func (c *child) kill()                      { c.cmd.Process.Kill() }
+func (c *child) groupAlive() bool           { return false }
+
+func (c *child) exitCode() int {
+	if code := c.cmd.ProcessState.ExitCode(); code >= 0 {
+		return code
+	}
+	return exitFailure
+}
+
+func (c *child) describe() string {
+	return fmt.Sprintf("ended: %v", c.cmd.ProcessState)
+}
+
+func signalNumber(sig os.Signal) int {
+	if sig == os.Interrupt {
+		return 2
+	}
+	return 0
+}

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+const (
+	defaultGrace = 10 * time.Second
+	// openTimeout bounds opening the backend.
+	openTimeout = 30 * time.Second
+	// unlockTimeout bounds the release after the command has exited.
+	unlockTimeout = 10 * time.Second
+)
+
+func init() {
+	commands = append(commands, &command{
+		name:     "run",
+		synopsis: "dlock run [--url URL] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]",
+		usage:    runUsage,
+		flags:    runFlagSet,
+		order:    []string{"url URL", "name NAME", "ttl D", "wait D", "owner ID", "fair", "grace D", "verbose"},
+		run:      runRun,
+	})
+}
+
+const runUsage = `Usage: dlock run [flags] --name NAME -- COMMAND [ARG...]
+
+Run COMMAND while holding the lock NAME, like flock(1) across machines.
+
+dlock waits for the lock (for as long as it takes, as flock does, unless
+--wait says otherwise), runs COMMAND holding it, and releases it when COMMAND
+exits. While it waits it says on stderr who holds the lock, and again when
+the holder changes. The lease is renewed every TTL/3 while COMMAND runs.
+
+COMMAND gets stdin, stdout and stderr, runs in a process group of its own
+(given the terminal if dlock has it in the foreground), and finds in its
+environment:
+  DLOCK_NAME    the lock's name
+  DLOCK_TOKEN   the fencing token of this grant: a number that increases with
+                every grant of the lock; give it to the resource you protect
+                so that it can refuse a holder that lost the lock unawares
+  DLOCK_OWNER   the owner id of the grant
+  DLOCK_URL     the backend's URL, so that dlock run and dlock status inside
+                COMMAND use the same backend
+
+If the lease is lost while COMMAND runs (the backend gave the lock away, or
+could not be reached until the lease ran out), dlock sends SIGTERM to
+COMMAND's process group, SIGKILL after --grace, and exits 4. SIGHUP, SIGINT,
+SIGQUIT and SIGTERM sent to dlock are passed on to COMMAND's process group;
+dlock releases the lock once COMMAND has exited. Suspending dlock (Ctrl-Z)
+for longer than the TTL loses the lock.
+
+Flags:
+%FLAGS%
+Durations are Go durations (500ms, 30s, 1m30s) or plain numbers of seconds.
+
+Backend:
+  The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite file
+  in your state directory, sqlite://$XDG_STATE_HOME/dlock/locks.db (or
+  ~/.local/state/dlock/locks.db), which coordinates the processes of one
+  host. Other hosts need a shared backend, e.g. redis://HOST:6379/0.
+
+Exit status:
+  N       COMMAND ran, holding the lock throughout, and exited with status N
+  128+N   COMMAND was killed by signal N (130 for SIGINT, 143 for SIGTERM),
+          or dlock got signal N while it was waiting for the lock
+  2       usage error: a bad flag, URL, lock name, owner or TTL
+  3       the lock is busy: not acquired within --wait
+  4       the lease was lost while COMMAND ran; COMMAND was terminated
+  5       backend error: the backend cannot be opened or does not answer
+  126     COMMAND cannot be executed (e.g. permission denied)
+  127     COMMAND was not found
+  dlock writes a message on stderr for each code of its own, so a COMMAND
+  that exits 2-5 itself can be told apart by the absence of one.
+
+Examples:
+  dlock run --name nightly -- ./job.sh              wait for the lock, then run
+  dlock run --name nightly --wait 0 -- ./job.sh     exit 3 at once if it is held
+  dlock run --name nightly --wait 5m --ttl 10s -- make deploy
+`
+
+// runFlags are the flags of dlock run.
+type runFlags struct {
+	fs      *flag.FlagSet
+	url     string
+	name    string
+	ttl     optDuration
+	wait    optDuration
+	owner   string
+	fair    bool
+	grace   optDuration
+	verbose bool
+}
+
+func runFlagSet(fs *flag.FlagSet) any {
+	f := &runFlags{fs: fs, grace: optDuration{d: defaultGrace}}
+	fs.StringVar(&f.url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
+	fs.StringVar(&f.name, "name", "", "the lock's name: 1-255 bytes of UTF-8 without NUL (required)")
+	fs.Var(&f.ttl, "ttl", "lease time to live: how long the backend keeps the lock\nafter dlock stops renewing it, e.g. dies (default 30s,\nminimum 100ms)")
+	fs.Var(&f.wait, "wait", "how long to wait for the lock; without --wait, as long as\nit takes (like flock); 0: not at all, exit 3 if it is held\n(like flock -n); D: at most D, then exit 3 (like flock -w D)")
+	fs.StringVar(&f.owner, "owner", "", "explicit owner id: another dlock run with the same owner\nre-enters the lock while this one holds it (nested holds,\nsame token); default: a fresh random id per run")
+	fs.BoolVar(&f.fair, "fair", false, "acquire in arrival order among fair waiters")
+	fs.Var(&f.grace, "grace", "after SIGTERM on a lost lease, how long to wait before\nSIGKILL (default 10s)")
+	fs.BoolVar(&f.verbose, "verbose", false, "log the library's renewal errors and other details")
+	return f
+}
+
+func (f *runFlags) isSet(name string) bool {
+	set := false
+	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
+
+func runRun(ctx context.Context, e *env, opts any, args []string) int {
+	c := lookup("run")
+	f := opts.(*runFlags)
+	switch {
+	case !f.isSet("name"):
+		return usageError(e, c, "--name is required")
+	case len(args) == 0:
+		return usageError(e, c, "no command to run; give it after --")
+	case f.wait.d < 0:
+		return usageError(e, c, "--wait %v is negative", f.wait.d)
+	case f.grace.d < 0:
+		return usageError(e, c, "--grace %v is negative", f.grace.d)
+	}
+	mopts := []dlock.Option{}
+	if f.ttl.set {
+		mopts = append(mopts, dlock.TTL(f.ttl.d))
+	}
+	if f.isSet("owner") {
+		mopts = append(mopts, dlock.Owner(f.owner))
+	}
+	if f.fair {
+		mopts = append(mopts, dlock.Fair())
+	}
+
+	// Find the command before taking the lock.
+	cmd := exec.Command(args[0], args[1:]...)
+	if cmd.Err == nil && strings.ContainsRune(args[0], filepath.Separator) {
+		// exec.Command looks up bare names only.
+		_, cmd.Err = exec.LookPath(args[0])
+	}
+	if cmd.Err != nil {
+		e.errorf("cannot run %q: %v", args[0], cmd.Err)
+		return startFailureCode(cmd.Err)
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	client, url, code := openClient(octx, e, f.url, f.verbose)
+	cancel()
+	if client == nil {
+		return code
+	}
+	defer func() {
+		if err := client.Close(); err != nil && !errors.Is(err, dlock.ErrClosed) {
+			e.errorf("%v", err)
+		}
+	}()
+
+	lease, code := acquire(ctx, e, client, f, mopts, sigs)
+	if lease == nil {
+		return code
+	}
+	code = runHolding(e, f, lease, cmd, url, sigs)
+	uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+	defer cancel()
+	if err := lease.Unlock(uctx); err != nil && code != exitLost {
+		if errors.Is(err, dlock.ErrLeaseLost) {
+			// The command exited with the lease valid; it was lost after.
+			e.errorf("warning: %v", err)
+		} else {
+			e.errorf("warning: %v; the lock frees when its TTL runs out", err)
+		}
+	}
+	return code
+}
+
+// acquire takes the lock as --wait says and returns the lease, or nil and
+// the exit code after reporting why not.
+func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []dlock.Option, sigs <-chan os.Signal) (*dlock.Lease, int) {
+	holders := make(chan dlock.Holder, 1) // the last holder seen while waiting
+	onWait := func(h dlock.Holder) {
+		e.errorf("waiting for lock %q on %s: %v", f.name, c, &dlock.HeldError{Holder: h})
+		select {
+		case <-holders:
+		default:
+		}
+		holders <- h
+	}
+	m := c.Mutex(f.name, append(mopts, dlock.OnWait(onWait))...)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	try := f.wait.set && f.wait.d == 0
+	if f.wait.set && !try {
+		ctx, cancel = context.WithTimeout(ctx, f.wait.d)
+		defer cancel()
+	}
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var r result
+		if try {
+			r.l, r.err = m.TryLock(ctx)
+		} else {
+			r.l, r.err = m.Lock(ctx)
+		}
+		res <- r
+	}()
+	var r result
+	select {
+	case r = <-res:
+	case sig := <-sigs:
+		cancel()
+		r = <-res
+		if r.l != nil {
+			uctx, ucancel := context.WithTimeout(context.Background(), unlockTimeout)
+			r.l.Unlock(uctx)
+			ucancel()
+		}
+		e.errorf("interrupted by signal %d (%v) while waiting for lock %q on %s", signalNumber(sig), sig, f.name, c)
+		return nil, exitSignalled + signalNumber(sig)
+	}
+	if r.err == nil {
+		return r.l, exitOK
+	}
+	err := r.err
+	var de *dlock.Error
+	if errors.Is(err, dlock.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded) && errors.As(err, &de) {
+		// Say who held it rather than "context deadline exceeded".
+		cause := fmt.Errorf("gave up after --wait %v", f.wait.d)
+		select {
+		case h := <-holders:
+			h.TTL = 0 // as seen when the wait began; stale now
+			cause = fmt.Errorf("%w; %w", cause, &dlock.HeldError{Holder: h})
+		default:
+		}
+		err = &dlock.Error{Op: de.Op, Name: de.Name, Backend: de.Backend, Kind: dlock.ErrNotAcquired, Err: cause}
+	}
+	e.errorf("%v", err)
+	return nil, errorCode(err)
+}
+
+// runHolding runs cmd while lease is held and returns dlock's exit code.
+func runHolding(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, url string, sigs <-chan os.Signal) int {
+	cmd.Env = append(os.Environ(),
+		"DLOCK_NAME="+lease.Name(),
+		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
+		"DLOCK_OWNER="+lease.Owner(),
+		"DLOCK_URL="+url,
+	)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	ch, err := startChild(cmd)
+	if err != nil {
+		e.errorf("cannot run %q: %v", cmd.Args[0], err)
+		return startFailureCode(err)
+	}
+	name := cmd.Args[0]
+
+	var lost error // why the lease was lost while the command ran
+	var killAt <-chan time.Time
+	var graceEnd time.Time
+	onLoss := func(err error) {
+		lost = err
+		e.errorf("%v", err)
+		e.errorf("lost lock %q while %s was running; sending SIGTERM to its process group, SIGKILL in %v", f.name, name, f.grace.d)
+		ch.terminate()
+		graceEnd = time.Now().Add(f.grace.d)
+		killAt = time.After(f.grace.d)
+	}
+	leaseDone := lease.Done()
+wait:
+	for {
+		select {
+		case <-ch.done:
+			break wait
+		case sig := <-sigs:
+			ch.signal(sig)
+		case <-leaseDone:
+			leaseDone = nil
+			onLoss(lease.Err())
+		case <-killAt:
+			killAt = nil
+			e.errorf("%s did not exit within --grace %v; sending SIGKILL to its process group", name, f.grace.d)
+			ch.kill()
+		}
+	}
+	if lost == nil {
+		if err := lease.Err(); err != nil {
+			// Lost as the command exited: it cannot be told whether the
+			// command's last actions were covered.
+			lost = err
+			e.errorf("%v", err)
+			e.errorf("lost lock %q as %s exited", f.name, name)
+		}
+	} else if killAt != nil {
+		// The leader is gone; give what is left of its group the rest of
+		// the grace period, then kill it.
+		for ch.groupAlive() && time.Now().Before(graceEnd) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if ch.groupAlive() {
+			ch.kill()
+		}
+	}
+	if lost != nil {
+		e.errorf("%s %s after lock %q was lost (exit status 4)", name, ch.describe(), f.name)
+		return exitLost
+	}
+	return ch.exitCode()
+}
+
+// startFailureCode is the exit code for a command that cannot be started:
+// 127 if it does not exist, 126 otherwise, as shells do.
+func startFailureCode(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrDot) {
+		return exitNotFound
+	}
+	return exitNoExec
+}

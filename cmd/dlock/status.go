@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// inspectTimeout bounds dlock status's request to the backend.
+const inspectTimeout = 30 * time.Second
+
+func init() {
+	commands = append(commands, &command{
+		name:     "status",
+		synopsis: "dlock status [--url URL] [--prefix P]",
+		usage:    statusUsage,
+		flags:    statusFlagSet,
+		order:    []string{"url URL", "prefix P", "verbose"},
+		run:      runStatus,
+	})
+}
+
+const statusUsage = `Usage: dlock status [flags]
+
+List the locks held on the backend, one per line, sorted by name:
+  NAME        the lock's name
+  OWNER       the holder's owner id (host/pid/random for dlock run, unless --owner)
+  TOKEN       the fencing token of the hold
+  HOLDS       the reentry count
+  EXPIRES IN  the lease left by the backend's clock if the holder stops renewing
+  WAITERS     waiters the backend knows of ("?" if it cannot tell)
+With no lock held it prints nothing on stdout and says so on stderr.
+
+Flags:
+%FLAGS%
+Backend:
+  --url, else $DLOCK_URL, else the SQLite file in the state directory
+  (sqlite://$XDG_STATE_HOME/dlock/locks.db, or ~/.local/state/dlock/locks.db).
+
+Exit status:
+  0  the listing was printed
+  1  the backend cannot list locks
+  2  usage error: a bad flag or URL
+  5  backend error: the backend cannot be opened or does not answer
+`
+
+type statusFlags struct {
+	url     string
+	prefix  string
+	verbose bool
+}
+
+func statusFlagSet(fs *flag.FlagSet) any {
+	f := &statusFlags{}
+	fs.StringVar(&f.url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
+	fs.StringVar(&f.prefix, "prefix", "", "list only locks whose names start with P")
+	fs.BoolVar(&f.verbose, "verbose", false, "log the library's details on stderr")
+	return f
+}
+
+func runStatus(ctx context.Context, e *env, opts any, args []string) int {
+	f := opts.(*statusFlags)
+	if len(args) > 0 {
+		return usageError(e, lookup("status"), "unexpected arguments %q", args)
+	}
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	client, _, code := openClient(octx, e, f.url, f.verbose)
+	cancel()
+	if client == nil {
+		return code
+	}
+	defer client.Close()
+
+	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	infos, err := client.Inspect(ictx, f.prefix)
+	if errors.Is(err, errors.ErrUnsupported) {
+		e.errorf("status: the %s backend cannot list its locks", client)
+		return exitFailure
+	}
+	if err != nil {
+		e.errorf("%v", err)
+		return errorCode(err)
+	}
+	if len(infos) == 0 {
+		if f.prefix != "" {
+			e.errorf("no locks held on %s with names starting with %q", client, f.prefix)
+		} else {
+			e.errorf("no locks held on %s", client)
+		}
+		return exitOK
+	}
+	slices.SortFunc(infos, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHOLDS\tEXPIRES IN\tWAITERS")
+	for _, in := range infos {
+		expires := "?"
+		if in.TTL > 0 {
+			expires = in.TTL.Round(100 * time.Millisecond).String()
+		}
+		waiters := "?"
+		if in.Waiters >= 0 {
+			waiters = strconv.Itoa(in.Waiters)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", cell(in.Name), cell(in.Owner), in.Token, in.Count, expires, waiters)
+	}
+	if err := tw.Flush(); err != nil {
+		e.errorf("status: %v", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// cell quotes s for a table cell if it is empty or has spaces or
+// characters that are not printable, so that columns stay aligned.
+func cell(s string) string {
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+)
+
+// backendURL returns the URL of the backend to use: flagURL when given,
+// else $DLOCK_URL, else the default SQLite file (see defaultURL).
+func backendURL(flagURL string, getenv func(string) string) (string, error) {
+	if flagURL != "" {
+		return flagURL, nil
+	}
+	if u := getenv("DLOCK_URL"); u != "" {
+		return u, nil
+	}
+	return defaultURL(getenv)
+}
+
+// defaultURL returns sqlite:///STATE/dlock/locks.db, where STATE is
+// $XDG_STATE_HOME (if it is an absolute path, as the XDG base directory
+// specification requires) or ~/.local/state, and creates STATE/dlock with
+// mode 0700 if it does not exist.
+func defaultURL(getenv func(string) string) (string, error) {
+	state := getenv("XDG_STATE_HOME")
+	if !filepath.IsAbs(state) {
+		home := getenv("HOME")
+		if home == "" {
+			var err error
+			if home, err = os.UserHomeDir(); err != nil {
+				return "", fmt.Errorf("no --url, no $DLOCK_URL and no home directory for the default lock database: %w", err)
+			}
+		}
+		state = filepath.Join(home, ".local", "state")
+	}
+	dir := filepath.Join(state, "dlock")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating the directory of the default lock database: %w", err)
+	}
+	u := url.URL{Scheme: "sqlite", Path: filepath.ToSlash(filepath.Join(dir, "locks.db"))}
+	return u.String(), nil
+}
