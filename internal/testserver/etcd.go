@@ -1,0 +1,322 @@
+package testserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const etcdTimeout = 30 * time.Second
+
+// etcdHTTP does one HTTP/1.1 exchange with an etcd client port on its own
+// connection (no http.Client: no pooled connections or goroutines are left
+// behind).
+func etcdHTTP(ctx context.Context, addr, method, path string, body []byte) ([]byte, error) {
+	c, err := dialCtx(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	req, err := http.NewRequest(method, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Close = true
+	if err := req.Write(c); err != nil {
+		return nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return b, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return b, nil
+}
+
+func etcdHealth(ctx context.Context, addr string) error {
+	b, err := etcdHTTP(ctx, addr, "GET", "/health", nil)
+	if err != nil {
+		return err
+	}
+	var h struct {
+		Health string `json:"health"`
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return fmt.Errorf("/health: %w: %s", err, b)
+	}
+	if h.Health != "true" {
+		return fmt.Errorf("/health: %s", b)
+	}
+	return nil
+}
+
+// EtcdStatus is a member's answer to the maintenance Status call.
+type EtcdStatus struct {
+	MemberID uint64 // this member's ID
+	Leader   uint64 // the member ID of the leader it knows, 0 if none
+	RaftTerm uint64
+	Version  string
+}
+
+// jsonUint decodes a uint64 that the gRPC gateway writes as a string.
+type jsonUint uint64
+
+func (u *jsonUint) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	if s == "" || s == "null" {
+		*u = 0
+		return nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	*u = jsonUint(n)
+	return err
+}
+
+func etcdStatus(ctx context.Context, addr string) (EtcdStatus, error) {
+	b, err := etcdHTTP(ctx, addr, "POST", "/v3/maintenance/status", []byte("{}"))
+	if err != nil {
+		return EtcdStatus{}, err
+	}
+	var st struct {
+		Header struct {
+			MemberID jsonUint `json:"member_id"`
+		} `json:"header"`
+		Leader   jsonUint `json:"leader"`
+		RaftTerm jsonUint `json:"raftTerm"`
+		Version  string   `json:"version"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return EtcdStatus{}, fmt.Errorf("status: %w: %s", err, b)
+	}
+	return EtcdStatus{MemberID: uint64(st.Header.MemberID), Leader: uint64(st.Leader),
+		RaftTerm: uint64(st.RaftTerm), Version: st.Version}, nil
+}
+
+// EtcdServer is an etcd member. Its data directory survives Kill and
+// Restart.
+type EtcdServer struct {
+	*Process
+	peerAddr string
+}
+
+// Endpoint returns the client URL, "http://127.0.0.1:port".
+func (s *EtcdServer) Endpoint() string { return "http://" + s.Addr() }
+
+// PeerAddr returns the member's peer (raft) address.
+func (s *EtcdServer) PeerAddr() string { return s.peerAddr }
+
+// Status asks the member for its status through the HTTP gateway
+// (/v3/maintenance/status), with a 2 s deadline.
+func (s *EtcdServer) Status() (EtcdStatus, error) {
+	ctx, cancel := ctxTimeout(2 * time.Second)
+	defer cancel()
+	return etcdStatus(ctx, s.Addr())
+}
+
+// IsLeader reports whether the member considers itself the raft leader.
+func (s *EtcdServer) IsLeader() (bool, error) {
+	st, err := s.Status()
+	if err != nil {
+		return false, err
+	}
+	return st.Leader != 0 && st.Leader == st.MemberID, nil
+}
+
+// EtcdGroup is an etcd cluster.
+type EtcdGroup struct {
+	nodes   []*EtcdServer
+	timeout time.Duration
+}
+
+// Node returns the i-th member (from 0; its name is n<i+1>).
+func (g *EtcdGroup) Node(i int) *EtcdServer { return g.nodes[i] }
+
+// Nodes returns all members.
+func (g *EtcdGroup) Nodes() []*EtcdServer { return append([]*EtcdServer(nil), g.nodes...) }
+
+// Len returns the number of members.
+func (g *EtcdGroup) Len() int { return len(g.nodes) }
+
+// Addrs returns the client addresses ("127.0.0.1:port") in node order.
+func (g *EtcdGroup) Addrs() []string {
+	out := make([]string, len(g.nodes))
+	for i, n := range g.nodes {
+		out[i] = n.Addr()
+	}
+	return out
+}
+
+// Endpoints returns the client URLs ("http://127.0.0.1:port") in node order.
+func (g *EtcdGroup) Endpoints() []string {
+	out := make([]string, len(g.nodes))
+	for i, n := range g.nodes {
+		out[i] = n.Endpoint()
+	}
+	return out
+}
+
+// Leader returns the index of the running member that reports itself as
+// leader, or an error if there is none.
+func (g *EtcdGroup) Leader() (int, error) {
+	var errs []error
+	for i, n := range g.nodes {
+		if !n.Running() {
+			continue
+		}
+		ok, err := n.IsLeader()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
+			continue
+		}
+		if ok {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("testserver: no etcd leader: %w", errors.Join(errs...))
+}
+
+// WaitLeader waits until every running member is healthy and agrees on a
+// leader among them, for at most timeout (0 means the start timeout), and
+// returns the leader's index.
+func (g *EtcdGroup) WaitLeader(timeout time.Duration) (int, error) {
+	if timeout <= 0 {
+		timeout = g.timeout
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		i, err := g.agreedLeader()
+		if err == nil {
+			return i, nil
+		}
+		if time.Now().After(deadline) {
+			return -1, fmt.Errorf("testserver: etcd cluster has no leader after %v: %w", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (g *EtcdGroup) agreedLeader() (int, error) {
+	var leaderID uint64
+	idx := -1
+	for i, n := range g.nodes {
+		if !n.Running() {
+			continue
+		}
+		ctx, cancel := ctxTimeout(time.Second)
+		err := etcdHealth(ctx, n.Addr())
+		var st EtcdStatus
+		if err == nil {
+			st, err = etcdStatus(ctx, n.Addr())
+		}
+		cancel()
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w", n.name, err)
+		}
+		if st.Leader == 0 || (leaderID != 0 && st.Leader != leaderID) {
+			return -1, fmt.Errorf("%s: leader %x, others say %x", n.name, st.Leader, leaderID)
+		}
+		leaderID = st.Leader
+		if st.MemberID == st.Leader {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return -1, errors.New("the leader is not among the running members")
+	}
+	return idx, nil
+}
+
+// Etcd starts a single etcd member and waits until /health reports true.
+// Options: WithArgs (for example "--election-timeout", "500",
+// "--heartbeat-interval", "50" for faster elections and a 1 s lease floor),
+// WithStartTimeout.
+func Etcd(t testing.TB, opts ...Option) *EtcdServer {
+	t.Helper()
+	return etcdStart(t, 1, true, opts).nodes[0]
+}
+
+// EtcdCluster starts an etcd cluster of n members and waits until all are
+// healthy. At the end of the test the members are killed with SIGKILL
+// (SIGTERM to all members at once makes the leader linger for seconds).
+func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdGroup {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("testserver: EtcdCluster(%d): need at least 1", n)
+	}
+	return etcdStart(t, n, false, opts)
+}
+
+func etcdStart(t testing.TB, n int, single bool, opts []Option) *EtcdGroup {
+	t.Helper()
+	Require(t, KindEtcd)
+	bin, _ := lookBinary("etcd")
+	cfg := newConfig(etcdTimeout, opts)
+	f := newFixture(t)
+	g := &EtcdGroup{timeout: cfg.startTimeout}
+	f.launch(cfg.startTimeout, func() ([]*Process, error) {
+		g.nodes = nil
+		ports, err := freePorts(2 * n)
+		if err != nil {
+			return nil, err
+		}
+		var tok [8]byte
+		_, _ = rand.Read(tok[:])
+		token := "dlock-test-" + hex.EncodeToString(tok[:])
+		var initial []string
+		for i := 0; i < n; i++ {
+			initial = append(initial, fmt.Sprintf("n%d=http://%s", i+1, loopback(ports[2*i+1])))
+		}
+		var procs []*Process
+		for i := 0; i < n; i++ {
+			dir, err := f.tempDir("etcd")
+			if err != nil {
+				return nil, err
+			}
+			client, peer := "http://"+loopback(ports[2*i]), "http://"+loopback(ports[2*i+1])
+			args := append([]string{bin,
+				"--name", fmt.Sprintf("n%d", i+1),
+				"--data-dir", filepath.Join(dir, "data"),
+				"--listen-client-urls", client, "--advertise-client-urls", client,
+				"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+				"--initial-cluster", strings.Join(initial, ","),
+				"--initial-cluster-state", "new", "--initial-cluster-token", token,
+				"--logger", "zap", "--log-outputs", "stderr",
+			}, cfg.args...)
+			addr := loopback(ports[2*i])
+			name := fmt.Sprintf("etcd[%d]", i)
+			if single {
+				name = "etcd"
+			}
+			p := newProcess(name, dir, addr, args)
+			p.probeTimeout = 2 * time.Second
+			p.ready = func(ctx context.Context) error { return etcdHealth(ctx, addr) }
+			procs = append(procs, p)
+			g.nodes = append(g.nodes, &EtcdServer{Process: p, peerAddr: loopback(ports[2*i+1])})
+		}
+		return procs, nil
+	}, nil)
+	return g
+}

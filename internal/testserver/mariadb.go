@@ -1,0 +1,100 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+const mariadbTimeout = 30 * time.Second
+
+// MariaDBServer is a MariaDB server (mariadbd run with --no-defaults), with
+// the user root (empty password, reachable over TCP) and the database
+// "test". Its data directory survives Kill and Restart; after Kill the next
+// start does InnoDB crash recovery and committed rows survive.
+type MariaDBServer struct {
+	*Process
+	socket string
+}
+
+// DSN returns the go-sql-driver/mysql DSN for the database "test":
+// root@tcp(127.0.0.1:port)/test.
+func (s *MariaDBServer) DSN() string { return s.DSNFor("test") }
+
+// DSNFor returns the go-sql-driver/mysql DSN for the given database ("" for
+// none).
+func (s *MariaDBServer) DSNFor(db string) string {
+	return fmt.Sprintf("root@tcp(%s)/%s", s.Addr(), db)
+}
+
+// Socket returns the path of the server's Unix socket.
+func (s *MariaDBServer) Socket() string { return s.socket }
+
+// Query logs in as root over a new connection (into db, unless empty), runs
+// one statement and returns its rows as text (NULL as ""). It is a helper for
+// tests and fault injection, for example KILL <id>, not a client.
+func (s *MariaDBServer) Query(ctx context.Context, db, sql string) ([][]string, error) {
+	return mysqlQuery(ctx, s.Addr(), "root", db, sql)
+}
+
+// MariaDB runs mariadb-install-db in a temporary directory and starts
+// mariadbd on a free loopback port, waits until root can log in over TCP and
+// run SELECT 1, and creates the database "test". Options: WithArgs (mariadbd
+// options, for example "--max-connections=300"), WithStartTimeout.
+func MariaDB(t testing.TB, opts ...Option) *MariaDBServer {
+	t.Helper()
+	Require(t, KindMariaDB)
+	installDB, _ := lookBinary("mariadb-install-db")
+	mariadbd, _ := lookBinary("mariadbd")
+	cfg := newConfig(mariadbTimeout, opts)
+	asRoot := os.Geteuid() == 0
+	f := newFixture(t)
+	s := &MariaDBServer{}
+	f.launch(cfg.startTimeout, func() ([]*Process, error) {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		dir, err := f.tempDir("mariadb")
+		if err != nil {
+			return nil, err
+		}
+		data := filepath.Join(dir, "data")
+		iargs := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal",
+			"--skip-test-db", "--innodb-log-file-size=8M"}
+		if asRoot {
+			iargs = append(iargs, "--user=root")
+		}
+		cmd := exec.Command(installDB, iargs...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("testserver: mariadb-install-db: %v\n%s", err, out)
+		}
+		addr := loopback(ports[0])
+		socket := filepath.Join(dir, "sock")
+		args := []string{mariadbd, "--no-defaults", "--datadir=" + data, "--port=" + strconv.Itoa(ports[0]),
+			"--bind-address=127.0.0.1", "--socket=" + socket, "--pid-file=" + filepath.Join(dir, "pid"),
+			"--innodb-log-file-size=8M"}
+		if asRoot {
+			args = append(args, "--user=root")
+		}
+		args = append(args, cfg.args...)
+		p := newProcess("mariadb", dir, addr, args)
+		p.ready = func(ctx context.Context) error { return mysqlReady(ctx, addr) }
+		s.Process, s.socket = p, socket
+		return []*Process{p}, nil
+	}, func() error {
+		ctx, cancel := ctxTimeout(cfg.startTimeout)
+		defer cancel()
+		if _, err := s.Query(ctx, "", "CREATE DATABASE IF NOT EXISTS test"); err != nil {
+			return fmt.Errorf("testserver: create database test: %w", err)
+		}
+		return nil
+	})
+	return s
+}
