@@ -1,0 +1,150 @@
+package sqllock
+
+import (
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"strings"
+)
+
+// Dialect describes what differs between databases. The engine writes every
+// statement once, with "?" placeholders and the column names of the lease
+// and waiters tables; a Dialect supplies the rest.
+type Dialect struct {
+	// Name names the database in messages, e.g. "sqlite".
+	Name string
+
+	// Rebind rewrites a statement's "?" placeholders into the driver's
+	// syntax (PostgreSQL: $1, $2, …). nil keeps "?". Statements contain no
+	// "?" other than placeholders.
+	Rebind func(query string) string
+
+	// Now is an SQL expression for the database's current time as an
+	// integer number of milliseconds since the Unix epoch. It must be the
+	// same value wherever it appears in one statement.
+	Now string
+
+	// Max is the SQL function returning the larger of two integers:
+	// "max" (SQLite), "GREATEST" (PostgreSQL, MySQL).
+	Max string
+
+	// Returning says the database has INSERT … ON CONFLICT (col) DO UPDATE
+	// SET … WHERE … and RETURNING on INSERT and UPDATE. Without it the
+	// engine runs a transaction where one statement would do.
+	Returning bool
+
+	// Begin starts a transaction that writes. It must take the write lock
+	// at once where the database would otherwise fail a later upgrade from
+	// reading to writing (SQLite: "BEGIN IMMEDIATE").
+	Begin string
+
+	// InsertIgnore starts an INSERT that does nothing when the key exists:
+	// "INSERT OR IGNORE INTO" (SQLite), "INSERT IGNORE INTO" (MySQL). Only
+	// dialects without Returning need it.
+	InsertIgnore string
+
+	// Schema returns the statements that create the lease table locks and
+	// the waiters table waiters (with an index on waiters (name, seq)) if
+	// they do not exist. They run in one transaction begun with Begin. The
+	// lease table's name column must order bytewise (PostgreSQL: COLLATE
+	// "C"): Inspect relies on it.
+	Schema func(locks, waiters string) []string
+
+	// Classify sorts a database error: whether trying again may succeed
+	// (the database was locked or busy: nothing was done), whether the
+	// database cannot be reached, or neither.
+	Classify func(error) ErrorClass
+}
+
+// ErrorClass is how a [Dialect] classifies a database error.
+type ErrorClass int
+
+const (
+	// Other is an error that is neither of the others: a bug, a schema
+	// that does not match, a constraint.
+	Other ErrorClass = iota
+	// Retry is an error after which nothing was done and the same
+	// statement may succeed later: SQLITE_BUSY, a lock wait timeout, a
+	// deadlock victim.
+	Retry
+	// Unavailable is an error that says the database cannot be reached or
+	// used: it is reported as [dlock.ErrBackendUnavailable].
+	Unavailable
+)
+
+// SQLite is the dialect of SQLite 3.35 or later (for RETURNING), through
+// modernc.org/sqlite or any driver whose errors have a Code() int method
+// returning the (extended) SQLite result code.
+var SQLite = Dialect{
+	Name: "sqlite",
+	// julianday('now') holds the VFS's millisecond clock; ROUND undoes the
+	// floating-point conversion exactly. It is fixed for one sqlite3_step,
+	// which covers a whole UPDATE and the changes of a RETURNING statement.
+	Now:          "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
+	Max:          "max",
+	Returning:    true,
+	Begin:        "BEGIN IMMEDIATE",
+	InsertIgnore: "INSERT OR IGNORE INTO",
+	Schema:       sqliteSchema,
+	Classify:     classifySQLite,
+}
+
+func sqliteSchema(locks, waiters string) []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + locks + ` (
+	name       TEXT    NOT NULL PRIMARY KEY,
+	owner      TEXT    NOT NULL DEFAULT '',
+	holds      INTEGER NOT NULL DEFAULT 0,
+	token      INTEGER NOT NULL DEFAULT 0,
+	expires_at INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID`,
+		// AUTOINCREMENT: a sequence number is never reused, even after the
+		// last waiter left.
+		`CREATE TABLE IF NOT EXISTS ` + waiters + ` (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	name       TEXT    NOT NULL,
+	owner      TEXT    NOT NULL,
+	expires_at INTEGER NOT NULL
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + waiters + `_name ON ` + waiters + ` (name, seq)`,
+	}
+}
+
+// SQLite primary result codes (the low byte of an extended code).
+const (
+	sqlitePerm     = 3
+	sqliteBusy     = 5
+	sqliteLocked   = 6
+	sqliteReadOnly = 8
+	sqliteIOErr    = 10
+	sqliteCorrupt  = 11
+	sqliteFull     = 13
+	sqliteCantOpen = 14
+	sqliteProtocol = 15
+	sqliteNotADB   = 26
+)
+
+func classifySQLite(err error) ErrorClass {
+	var coder interface{ Code() int }
+	if errors.As(err, &coder) {
+		switch coder.Code() & 0xff {
+		case sqliteBusy, sqliteLocked, sqliteProtocol:
+			return Retry
+		case sqlitePerm, sqliteReadOnly, sqliteIOErr, sqliteCorrupt, sqliteFull, sqliteCantOpen, sqliteNotADB:
+			return Unavailable
+		}
+		return Other
+	}
+	return classifyCommon(err)
+}
+
+// classifyCommon classifies the errors of database/sql itself.
+func classifyCommon(err error) ErrorClass {
+	switch {
+	case errors.Is(err, driver.ErrBadConn):
+		return Retry
+	case errors.Is(err, sql.ErrConnDone), strings.Contains(err.Error(), "sql: database is closed"):
+		return Unavailable
+	}
+	return Other
+}

@@ -1,0 +1,55 @@
+// Package sqllock is the lease-table lock engine shared by dlock's SQL
+// backends (sqlite now; postgres and mysql later): one implementation of the
+// SQL logic over database/sql, with a small [Dialect] for what differs
+// between databases (placeholders, the clock expression, RETURNING, the
+// statement that starts a writing transaction, the schema, error codes).
+//
+// # Tables
+//
+// The lease table (default "dlock_locks") has one row per lock name:
+// owner ("" when free), holds (the reentry count), token (the fencing token
+// of the current or last grant) and expires_at (milliseconds since the Unix
+// epoch by the database's clock). Rows are never deleted, so a token never
+// goes back: a release clears the owner and keeps the row. The waiters
+// table (the lease table's name + "_waiters") is the fair queue: one row
+// per waiting fair acquisition, ordered by an increasing sequence, each
+// with its own expires_at that the waiter refreshes while it waits, so that
+// the waiter of a process that died drops out after [Config.WaiterTimeout].
+// A waiter row only ever exists for a name whose lease row exists.
+//
+// # Statements
+//
+// Time is always the database's: every statement computes "now" with
+// [Dialect.Now] inside itself and never compares client clocks.
+//
+//   - Acquire is one statement on dialects with RETURNING (SQLite,
+//     PostgreSQL): INSERT … ON CONFLICT (name) DO UPDATE … WHERE …
+//     RETURNING token, holds. It inserts a new row (token 1), takes over a
+//     free or expired row (token + 1), or re-enters a row its owner holds
+//     (holds + 1, same token); the WHERE lets a take-over through only when
+//     no live fair waiter is queued ahead of the caller. A refused attempt
+//     changes nothing and reads the holder with a second statement, for
+//     the [dlock.HeldError]. Dialects without RETURNING (MySQL) do the same
+//     with an INSERT-if-absent, the same conditional UPDATE and a SELECT in
+//     one transaction.
+//   - Release is one UPDATE, checked by owner, token and expiry: holds − 1,
+//     and the owner cleared at zero.
+//   - Renew is one UPDATE, checked the same way. RenewBatch renews many
+//     holds in one transaction.
+//   - A fair acquisition that must wait makes its attempt and takes its
+//     place in the queue in one transaction; a fair waiter's later attempt
+//     and the removal of its queue row on success are one transaction too.
+//
+// # Waking
+//
+// A waiter waits for a reason to try again, never for a fixed time. Before
+// each look at the lock's state it takes two channels: the per-name channel
+// of the in-process [Local] (closed by a release, or a fair waiter leaving,
+// in the same process) and the channel of the cross-process [Feed] (closed
+// when another connection committed a change). Taking them before looking
+// means a change after the look is never missed. If the look says the lock
+// is still held, the wait is also bounded by the holder's remaining TTL as
+// the database computed it (expiry commits nothing, so no feed reports it),
+// by the expiry of the fair waiter ahead, and by the waiter's own
+// heartbeat.
+package sqllock

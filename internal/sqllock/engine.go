@@ -1,0 +1,681 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Table is the lease table's name (default [DefaultTable]); the
+	// waiters table is named after it. See [CheckTable].
+	Table string
+
+	// WaiterTimeout is how long a fair waiter's queue entry lives without
+	// a heartbeat; a waiter refreshes it every third of that while it
+	// waits. A waiter whose process died holds up those behind it for at
+	// most this long. Default [DefaultWaiterTimeout]; minimum
+	// [MinWaiterTimeout].
+	WaiterTimeout time.Duration
+
+	// Desc describes the backend for String, e.g. "sqlite /var/lib/x.db".
+	Desc string
+
+	// Local is the in-process state shared with the other engines of this
+	// process on the same store; nil gives the engine its own.
+	Local *Local
+
+	// Feed reports changes committed by other connections (processes);
+	// the engine closes it. nil: waiters look at the lock's state again
+	// at a backing-off interval (5 ms to 100 ms) instead.
+	Feed Feed
+
+	// OnClose, if set, is called by Close after the engine has stopped,
+	// to release what the backend opened for it.
+	OnClose func() error
+
+	// NoMigrate skips creating the tables in New.
+	NoMigrate bool
+}
+
+// Defaults and limits of Config.
+const (
+	DefaultWaiterTimeout = 5 * time.Second
+	MinWaiterTimeout     = 300 * time.Millisecond
+)
+
+// Engine is a dlock backend on a lease table: it implements
+// [dlock.Backend], [dlock.BatchRenewer] and [dlock.Inspector]. It is safe
+// for concurrent use.
+type Engine struct {
+	db      *sql.DB
+	d       Dialect
+	table   string
+	desc    string
+	q       statements
+	local   *Local
+	feed    Feed
+	wttl    time.Duration
+	onClose func() error
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ dlock.Backend      = (*Engine)(nil)
+	_ dlock.BatchRenewer = (*Engine)(nil)
+	_ dlock.Inspector    = (*Engine)(nil)
+)
+
+// New returns an Engine on db, creating the tables (see [Migrate]) unless
+// cfg.NoMigrate. ctx bounds the creation. On error nothing is closed: the
+// caller still owns db and cfg.Feed.
+func New(ctx context.Context, db *sql.DB, d Dialect, cfg Config) (*Engine, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if err := CheckTable(cfg.Table); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.WaiterTimeout == 0:
+		cfg.WaiterTimeout = DefaultWaiterTimeout
+	case cfg.WaiterTimeout < MinWaiterTimeout:
+		return nil, fmt.Errorf("%w: waiter timeout %v is below the minimum %v", dlock.ErrInvalidOption, cfg.WaiterTimeout, MinWaiterTimeout)
+	}
+	if cfg.Local == nil {
+		cfg.Local = NewLocal()
+	}
+	if cfg.Desc == "" {
+		cfg.Desc = d.Name
+	}
+	e := &Engine{
+		db: db, d: d, table: cfg.Table, desc: cfg.Desc,
+		q:     newStatements(d, cfg.Table),
+		local: cfg.Local, feed: cfg.Feed, wttl: cfg.WaiterTimeout, onClose: cfg.OnClose,
+	}
+	if !cfg.NoMigrate {
+		if err := Migrate(ctx, db, d, cfg.Table); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// String describes the backend.
+func (e *Engine) String() string { return e.desc }
+
+// Table returns the lease table's name.
+func (e *Engine) Table() string { return e.table }
+
+// Close stops the feed and calls Config.OnClose. Later calls of other
+// methods return errors matching [dlock.ErrClosed]. It does not close db.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		var errs []error
+		if e.feed != nil {
+			errs = append(errs, e.feed.Close())
+		}
+		if e.onClose != nil {
+			errs = append(errs, e.onClose())
+		}
+		e.closeErr = errors.Join(errs...)
+	})
+	return e.closeErr
+}
+
+func (e *Engine) checkOpen() error {
+	if e.closed.Load() {
+		return fmt.Errorf("%w: %s backend is closed", dlock.ErrClosed, e.d.Name)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------
+// Running statements.
+
+// wrap classifies a database error for the Client: unavailable stores
+// match dlock.ErrBackendUnavailable.
+func (e *Engine) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, known := range []error{dlock.ErrBackendUnavailable, dlock.ErrClosed, dlock.ErrLeaseLost,
+		dlock.ErrNotAcquired, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, known) {
+			return err
+		}
+	}
+	switch e.classify(err) {
+	case Retry, Unavailable:
+		return fmt.Errorf("%w: %w", dlock.ErrBackendUnavailable, err)
+	}
+	return err
+}
+
+func (e *Engine) classify(err error) ErrorClass {
+	if e.d.Classify != nil {
+		return e.d.Classify(err)
+	}
+	return classifyCommon(err)
+}
+
+// retry runs fn until it returns anything but a Retry error, backing off
+// in between, or until ctx is done.
+func (e *Engine) retry(ctx context.Context, fn func(context.Context) error) error {
+	backoff := time.Millisecond
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := fn(ctx)
+		if err == nil || e.classify(err) != Retry {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(e.wrap(err), ctx.Err())
+		}
+		backoff = min(backoff*2, 50*time.Millisecond)
+	}
+}
+
+// write runs fn, which writes, under the process's write lock, retrying
+// busy errors until ctx is done. fn gets a context that is not cancelled:
+// a write that was sent is seen through (the database's busy timeout
+// bounds it), so that its outcome is always known — a grant is never made
+// in the store and then lost to a cancellation.
+func (e *Engine) write(ctx context.Context, fn func(context.Context) error) error {
+	return e.retry(ctx, func(ctx context.Context) error {
+		if err := e.local.lockWrite(ctx); err != nil {
+			return err
+		}
+		defer e.local.unlockWrite()
+		return fn(context.WithoutCancel(ctx))
+	})
+}
+
+// tx runs fn in a transaction begun with the dialect's Begin on one
+// connection, and commits it; on any error it rolls back. A connection
+// whose rollback fails is discarded rather than given back mid-transaction.
+func (e *Engine) tx(ctx context.Context, fn func(*sql.Conn) error) (err error) {
+	c, err := e.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, e.d.Begin); err != nil {
+		return err
+	}
+	if err := fn(c); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rerr := c.ExecContext(rctx, "ROLLBACK"); rerr != nil {
+			c.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		return err
+	}
+	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rerr := c.ExecContext(rctx, "ROLLBACK"); rerr != nil {
+			c.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		return err
+	}
+	return nil
+}
+
+// querier is a *sql.DB or a *sql.Conn.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryOne runs a query that returns at most one row and scans it into
+// dest. It reads the result to its end, so that the errors of a statement
+// that writes (and, outside a transaction, commits when it ends) are seen.
+func queryOne(ctx context.Context, q querier, query string, args []any, dest ...any) (bool, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	found := false
+	for rows.Next() {
+		if !found {
+			if err := rows.Scan(dest...); err != nil {
+				rows.Close()
+				return false, err
+			}
+			found = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return false, err
+	}
+	return found, rows.Close()
+}
+
+// ---------------------------------------------------------------------
+// Acquiring.
+
+// noSeq is the queue position of a request that is not in the fair queue:
+// behind every queued waiter.
+const noSeq = math.MaxInt64
+
+// ttlMillis converts a TTL to whole milliseconds, rounding up.
+func ttlMillis(d time.Duration) int64 {
+	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+}
+
+func checkRequest(req dlock.Request) error {
+	switch {
+	case req.Name == "":
+		return fmt.Errorf("%w: empty name", dlock.ErrInvalidName)
+	case req.Owner == "":
+		return fmt.Errorf("%w: empty owner", dlock.ErrInvalidOption)
+	case req.TTL <= 0:
+		return fmt.Errorf("%w: TTL %v is not positive", dlock.ErrInvalidOption, req.TTL)
+	}
+	return nil
+}
+
+// attempt makes one conditional grant of req for a requester at queue
+// position seq, on q (the pool, or a connection in a transaction).
+func (e *Engine) attempt(ctx context.Context, q querier, req dlock.Request, seq int64) (dlock.Grant, bool, error) {
+	ttl := ttlMillis(req.TTL)
+	var g dlock.Grant
+	if e.d.Returning {
+		args := append([]any{req.Name, req.Owner, ttl}, setArgs(req.Owner, ttl)...)
+		args = append(args, condArgs(req.Owner, req.Name, seq)...)
+		ok, err := queryOne(ctx, q, e.q.upsert, args, &g.Token, &g.Count)
+		return g, ok, err
+	}
+	// Without RETURNING: make sure the row exists, update it on the same
+	// conditions, read the result — in one transaction.
+	run := func(c querier) (bool, error) {
+		if _, err := c.ExecContext(ctx, e.q.ensure, req.Name); err != nil {
+			return false, err
+		}
+		args := append(setArgs(req.Owner, ttl), req.Name)
+		args = append(args, condArgs(req.Owner, req.Name, seq)...)
+		res, err := c.ExecContext(ctx, e.q.update, args...)
+		if err != nil {
+			return false, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return false, err
+		}
+		return queryOne(ctx, c, e.q.granted, []any{req.Name}, &g.Token, &g.Count)
+	}
+	if c, ok := q.(*sql.Conn); ok {
+		ok, err := run(c)
+		return g, ok, err
+	}
+	var ok bool
+	err := e.tx(ctx, func(c *sql.Conn) error {
+		var err error
+		ok, err = run(c)
+		return err
+	})
+	return g, ok, err
+}
+
+// lockState is a lock's state as the database saw it.
+type lockState struct {
+	exists    bool
+	owner     string
+	token     uint64
+	holds     int
+	remaining time.Duration // of the holder's lease; <= 0 when expired
+	ahead     int           // live fair waiters queued before the asker
+	aheadTTL  time.Duration // remaining life of the first of them to expire
+}
+
+// held reports whether another owner than owner holds the lock.
+func (s lockState) heldByOther(owner string) bool {
+	return s.exists && s.owner != "" && s.holds > 0 && s.remaining > 0 && s.owner != owner
+}
+
+// heldBy reports whether owner holds the lock.
+func (s lockState) heldBy(owner string) bool {
+	return s.exists && s.owner == owner && s.holds > 0 && s.remaining > 0
+}
+
+// mayAcquire reports whether an attempt by owner at queue position seq
+// could succeed.
+func (s lockState) mayAcquire(owner string) bool {
+	return s.heldBy(owner) || !s.heldByOther(owner) && s.ahead == 0
+}
+
+func (e *Engine) state(ctx context.Context, q querier, name string, seq int64) (lockState, error) {
+	var (
+		s         lockState
+		remaining int64
+		aheadTTL  sql.NullInt64
+		token     int64
+	)
+	ok, err := queryOne(ctx, q, e.q.state, []any{seq, seq, name},
+		&s.owner, &token, &s.holds, &remaining, &s.ahead, &aheadTTL)
+	if err != nil || !ok {
+		return lockState{}, err
+	}
+	s.exists = true
+	s.token = uint64(token)
+	s.remaining = time.Duration(remaining) * time.Millisecond
+	if aheadTTL.Valid {
+		s.aheadTTL = time.Duration(aheadTTL.Int64) * time.Millisecond
+	}
+	return s, nil
+}
+
+// refusal is the error of an attempt refused in state s.
+func refusal(s lockState, owner string) error {
+	if s.heldByOther(owner) {
+		return &dlock.HeldError{Holder: dlock.Holder{Owner: s.owner, Token: s.token, TTL: s.remaining}}
+	}
+	if s.ahead > 0 {
+		return fmt.Errorf("%w: free, but %d fair waiter(s) are queued first", dlock.ErrNotAcquired, s.ahead)
+	}
+	return fmt.Errorf("%w: taken and released by others meanwhile", dlock.ErrNotAcquired)
+}
+
+// try makes the attempts of a request that is not in the fair queue: when
+// an attempt is refused but the state read right after says the lock is
+// free, it tries again (a few times), so that a refusal comes with the
+// holder that caused it.
+func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+	var s lockState
+	for range 3 {
+		var (
+			g  dlock.Grant
+			ok bool
+		)
+		err := e.write(ctx, func(ctx context.Context) error {
+			var err error
+			g, ok, err = e.attempt(ctx, e.db, req, noSeq)
+			return err
+		})
+		if err != nil {
+			return dlock.Grant{}, e.wrap(err)
+		}
+		if ok {
+			return g, nil
+		}
+		err = e.retry(ctx, func(ctx context.Context) error {
+			var err error
+			s, err = e.state(ctx, e.db, req.Name, noSeq)
+			return err
+		})
+		if err != nil {
+			return dlock.Grant{}, e.wrap(err)
+		}
+		if !s.mayAcquire(req.Owner) {
+			break
+		}
+	}
+	return dlock.Grant{}, refusal(s, req.Owner)
+}
+
+// Acquire makes one attempt to grant req; see [dlock.Backend]. A request
+// that is not fair is one statement when granted. A fair request that
+// will wait makes its attempt and, if refused, takes its place in the fair
+// queue, in one transaction.
+func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	if err := e.checkOpen(); err != nil {
+		return dlock.Grant{}, nil, err
+	}
+	if err := checkRequest(req); err != nil {
+		return dlock.Grant{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, nil, err
+	}
+	if !(req.Fair && req.Wait) {
+		g, err := e.try(ctx, req)
+		if err != nil && req.Wait && errors.Is(err, dlock.ErrNotAcquired) {
+			return dlock.Grant{}, e.newWaiter(req, noSeq), err
+		}
+		return g, nil, err
+	}
+	var (
+		g   dlock.Grant
+		ok  bool
+		seq int64
+		s   lockState
+	)
+	err := e.write(ctx, func(ctx context.Context) error {
+		return e.tx(ctx, func(c *sql.Conn) error {
+			var err error
+			if g, ok, err = e.attempt(ctx, c, req, noSeq); err != nil || ok {
+				return err
+			}
+			if s, err = e.state(ctx, c, req.Name, noSeq); err != nil {
+				return err
+			}
+			seq, err = e.enqueue(ctx, c, req)
+			return err
+		})
+	})
+	switch {
+	case err != nil:
+		return dlock.Grant{}, nil, e.wrap(err)
+	case ok:
+		return g, nil, nil
+	}
+	return dlock.Grant{}, e.newWaiter(req, seq), refusal(s, req.Owner)
+}
+
+// enqueue adds req to the end of the fair queue, sweeping out the waiters
+// of its name that died, and returns its sequence number.
+func (e *Engine) enqueue(ctx context.Context, c querier, req dlock.Request) (int64, error) {
+	if _, err := c.ExecContext(ctx, e.q.sweep, req.Name); err != nil {
+		return 0, err
+	}
+	args := []any{req.Name, req.Owner, ttlMillis(e.wttl)}
+	var seq int64
+	if e.d.Returning {
+		ok, err := queryOne(ctx, c, e.q.enqueue, args, &seq)
+		if err == nil && !ok {
+			err = errors.New("INSERT … RETURNING seq returned no row")
+		}
+		return seq, err
+	}
+	res, err := c.ExecContext(ctx, e.q.enqueue, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
+}
+
+// ---------------------------------------------------------------------
+// Holding.
+
+// lost returns the error of a renewal or release of h that changed
+// nothing, saying what the database has instead.
+func (e *Engine) lost(ctx context.Context, h dlock.Hold) error {
+	var s lockState
+	err := e.retry(ctx, func(ctx context.Context) error {
+		var err error
+		s, err = e.state(ctx, e.db, h.Name, noSeq)
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: token %d (and reading the lock's state failed: %v)", dlock.ErrLeaseLost, h.Token, err)
+	case !s.exists:
+		return fmt.Errorf("%w: token %d: the lock has no row", dlock.ErrLeaseLost, h.Token)
+	case s.heldByOther(h.Owner) || s.holds > 0 && s.remaining > 0 && s.token != h.Token:
+		return fmt.Errorf("%w: held by %q with token %d", dlock.ErrLeaseLost, s.owner, s.token)
+	case s.token != h.Token:
+		return fmt.Errorf("%w: token %d was followed by token %d", dlock.ErrLeaseLost, h.Token, s.token)
+	}
+	return fmt.Errorf("%w: token %d expired or released", dlock.ErrLeaseLost, h.Token)
+}
+
+// Renew extends the hold h to ttl from now by the database's clock, if h
+// still holds the lock and has not expired: one UPDATE.
+func (e *Engine) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	var n int64
+	err := e.write(ctx, func(ctx context.Context) error {
+		res, err := e.db.ExecContext(ctx, e.q.renew, ttlMillis(ttl), h.Name, h.Owner, int64(h.Token))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return e.wrap(err)
+	}
+	if n == 0 {
+		return e.lost(ctx, h)
+	}
+	return nil
+}
+
+// RenewBatch renews many holds in one transaction; see
+// [dlock.BatchRenewer].
+func (e *Engine) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	errs := make([]error, len(rs))
+	fail := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	if err := e.checkOpen(); err != nil {
+		return fail(err)
+	}
+	renewed := make([]bool, len(rs))
+	err := e.write(ctx, func(ctx context.Context) error {
+		return e.tx(ctx, func(c *sql.Conn) error {
+			stmt, err := c.PrepareContext(ctx, e.q.renew)
+			if err != nil {
+				return err
+			}
+			defer stmt.Close()
+			for i, r := range rs {
+				res, err := stmt.ExecContext(ctx, ttlMillis(r.TTL), r.Hold.Name, r.Hold.Owner, int64(r.Hold.Token))
+				if err != nil {
+					return err
+				}
+				n, err := res.RowsAffected()
+				if err != nil {
+					return err
+				}
+				renewed[i] = n > 0
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fail(e.wrap(err))
+	}
+	for i, r := range rs {
+		if !renewed[i] {
+			errs[i] = e.lost(ctx, r.Hold)
+		}
+	}
+	return errs
+}
+
+// Release gives up one hold of h: one UPDATE that decrements the reentry
+// count and clears the owner at zero, if h still holds the lock with its
+// token and has not expired. The row stays, with its token. The waiters
+// of this process are woken at once.
+func (e *Engine) Release(ctx context.Context, h dlock.Hold) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	var (
+		done  bool
+		holds int64
+	)
+	err := e.write(ctx, func(ctx context.Context) error {
+		args := []any{h.Name, h.Owner, int64(h.Token)}
+		if e.d.Returning {
+			var err error
+			done, err = queryOne(ctx, e.db, e.q.release, args, &holds)
+			return err
+		}
+		res, err := e.db.ExecContext(ctx, e.q.release, args...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		done = n > 0
+		return err
+	})
+	if err != nil {
+		return e.wrap(err)
+	}
+	if !done {
+		return e.lost(ctx, h)
+	}
+	if holds == 0 { // without RETURNING, holds is unknown: wake anyway
+		e.local.signal(h.Name)
+	}
+	return nil
+}
+
+// Inspect lists the held locks whose names start with prefix, in name
+// order; see [dlock.Inspector]. Waiters counts the live fair waiters.
+func (e *Engine) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	var out []dlock.LockInfo
+	err := e.retry(ctx, func(ctx context.Context) error {
+		out = nil
+		rows, err := e.db.QueryContext(ctx, e.q.inspect, prefix)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				in        dlock.LockInfo
+				token     int64
+				remaining int64
+			)
+			if err := rows.Scan(&in.Name, &in.Owner, &token, &in.Count, &remaining, &in.Waiters); err != nil {
+				return err
+			}
+			if !strings.HasPrefix(in.Name, prefix) {
+				break // names are in byte order: the prefix's range is over
+			}
+			in.Token = uint64(token)
+			in.TTL = time.Duration(remaining) * time.Millisecond
+			out = append(out, in)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return rows.Close()
+	})
+	if err != nil {
+		return nil, e.wrap(err)
+	}
+	return out, nil
+}

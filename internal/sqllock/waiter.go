@@ -1,0 +1,238 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// Without a Feed, a waiter looks at the lock's state again after a delay
+// that starts at fallbackMin and doubles up to fallbackMax.
+const (
+	fallbackMin = 5 * time.Millisecond
+	fallbackMax = 100 * time.Millisecond
+)
+
+// waiter is a waiting acquisition: a fair one has a row in the waiters
+// table (seq), a plain one only its watches. Like every dlock.Waiter it is
+// used by one goroutine at a time.
+type waiter struct {
+	e     *Engine
+	req   dlock.Request
+	seq   int64 // the queue row; noSeq when not in the fair queue
+	fair  bool
+	nw    *nameWatch
+	sub   Subscription // from the first Wait on; nil without a Feed
+	beat  time.Time    // send time of the last refresh of the queue row
+	ended bool
+}
+
+var errEnded = errors.New("waiter already ended by a grant or Cancel")
+
+func (e *Engine) newWaiter(req dlock.Request, seq int64) *waiter {
+	return &waiter{
+		e: e, req: req, seq: seq, fair: seq != noSeq,
+		nw:   e.local.watch(req.Name),
+		beat: time.Now(),
+	}
+}
+
+// end drops the waiter's watches. The queue row is the caller's business.
+func (w *waiter) end() {
+	if w.ended {
+		return
+	}
+	w.ended = true
+	if w.sub != nil {
+		w.sub.Close()
+	}
+	w.e.local.unwatch(w.req.Name, w.nw)
+}
+
+// Wait returns when an attempt may succeed: the lock is free (or expired)
+// and, for a fair waiter, no live waiter is queued before it; or when ctx
+// is done (then it returns ctx.Err()). It wakes on a release in this
+// process, on a change committed by another connection (the Feed), when
+// the holder's remaining TTL by the database's clock has passed, or when
+// the fair waiter ahead may have died. A fair waiter refreshes its queue
+// row every third of the waiter timeout meanwhile.
+func (w *waiter) Wait(ctx context.Context) error {
+	if w.ended {
+		return errEnded
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := w.e.checkOpen(); err != nil {
+		return err
+	}
+	if w.sub == nil && w.e.feed != nil {
+		sub, err := w.e.feed.Subscribe(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		w.sub = sub
+	}
+	every := w.e.wttl / 3
+	fallback := fallbackMin
+	for {
+		// The channels first, then the look: a change after the look
+		// closes one of them.
+		local := w.e.local.changed(w.nw)
+		var remote <-chan struct{}
+		if w.sub != nil {
+			remote = w.sub.Changed()
+		}
+		if w.fair && time.Since(w.beat) >= every {
+			if err := w.heartbeat(ctx); err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		s, err := w.e.state(ctx, w.e.db, w.req.Name, w.seq)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return nil // let the attempt report it
+		}
+		if s.mayAcquire(w.req.Owner) {
+			return nil
+		}
+		bound := time.Duration(math.MaxInt64)
+		if s.heldByOther(w.req.Owner) {
+			bound = s.remaining + time.Millisecond
+		} else if s.ahead > 0 {
+			bound = s.aheadTTL + time.Millisecond
+		}
+		if w.fair {
+			bound = min(bound, time.Until(w.beat.Add(every)))
+		}
+		if w.sub == nil {
+			bound = min(bound, fallback)
+			fallback = min(fallback*2, fallbackMax)
+		}
+		t := time.NewTimer(max(bound, 0))
+		select {
+		case <-local:
+		case <-remote:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// heartbeat refreshes the fair waiter's queue row. If the row died (the
+// process was paused past the waiter timeout and others swept it out),
+// the waiter queues again at the end.
+func (w *waiter) heartbeat(ctx context.Context) error {
+	sent := time.Now()
+	err := w.e.write(ctx, func(ctx context.Context) error {
+		return w.e.tx(ctx, func(c *sql.Conn) error {
+			return w.refresh(ctx, c)
+		})
+	})
+	if err == nil {
+		w.beat = sent
+	}
+	return err
+}
+
+// refresh refreshes the queue row or queues again, in c's transaction.
+func (w *waiter) refresh(ctx context.Context, c *sql.Conn) error {
+	res, err := c.ExecContext(ctx, w.e.q.beat, ttlMillis(w.e.wttl), w.seq)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	seq, err := w.e.enqueue(ctx, c, w.req)
+	if err == nil {
+		w.seq = seq
+	}
+	return err
+}
+
+// Acquire makes the next attempt. A fair waiter's attempt, the removal of
+// its queue row when granted (or the refresh of the row when not) are one
+// transaction.
+func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	if w.ended {
+		return dlock.Grant{}, errEnded
+	}
+	if err := w.e.checkOpen(); err != nil {
+		return dlock.Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, err
+	}
+	if !w.fair {
+		g, err := w.e.try(ctx, w.req)
+		if err == nil {
+			w.end()
+		}
+		return g, err
+	}
+	var (
+		g  dlock.Grant
+		ok bool
+		s  lockState
+	)
+	sent := time.Now()
+	err := w.e.write(ctx, func(ctx context.Context) error {
+		return w.e.tx(ctx, func(c *sql.Conn) error {
+			var err error
+			if g, ok, err = w.e.attempt(ctx, c, w.req, w.seq); err != nil {
+				return err
+			}
+			if ok {
+				_, err = c.ExecContext(ctx, w.e.q.dequeue, w.seq)
+				return err
+			}
+			if err := w.refresh(ctx, c); err != nil {
+				return err
+			}
+			s, err = w.e.state(ctx, c, w.req.Name, w.seq)
+			return err
+		})
+	})
+	if err != nil {
+		return dlock.Grant{}, w.e.wrap(err)
+	}
+	if ok {
+		w.end()
+		return g, nil
+	}
+	w.beat = sent
+	return dlock.Grant{}, refusal(s, w.req.Owner)
+}
+
+// Cancel withdraws the waiter: a fair waiter deletes its queue row at once
+// and wakes the waiters of this process, so that the one behind it can
+// go. If the delete fails the row still drops out after the waiter
+// timeout.
+func (w *waiter) Cancel(ctx context.Context) error {
+	if w.ended {
+		return nil
+	}
+	defer w.end()
+	if !w.fair {
+		return nil
+	}
+	err := w.e.write(ctx, func(ctx context.Context) error {
+		_, err := w.e.db.ExecContext(ctx, w.e.q.dequeue, w.seq)
+		return err
+	})
+	w.e.local.signal(w.req.Name)
+	return w.e.wrap(err)
+}
