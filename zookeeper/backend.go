@@ -1,0 +1,378 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/go-zookeeper/zk"
+)
+
+func init() {
+	open := func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
+		servers, opts, err := ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return Connect(ctx, servers, opts...)
+	}
+	dlock.Register("zk", open)
+	dlock.Register("zookeeper", open)
+}
+
+// Backend is a dlock.Backend on a ZooKeeper ensemble. It is safe for
+// concurrent use. Its locks live in one ZooKeeper session: the session of
+// the connection made by Connect, or of the connection given to New.
+type Backend struct {
+	conn   *zk.Conn
+	events <-chan zk.Event // the own connection's event channel; nil with New
+	wire   *wire           // nil with New
+	cfg    config
+	desc   string
+
+	mu        sync.Mutex
+	sid       int64         // the current session, 0 before the first
+	timeout   time.Duration // the session timeout granted by the servers
+	connected bool          // the session is connected (StateHasSession)
+	epoch     uint64        // disconnects seen so far
+	alive     time.Time     // send time of the latest answered request (New: of ours)
+	pending   int64         // the session id of the latest connect response
+	lostSid   int64         // the session the clock last declared lost ...
+	lostAt    time.Time     // ... for want of an answer since this time
+	changed   chan struct{} // closed and replaced when the session state changes
+	holds     map[*hold]struct{}
+	orphans   []orphan
+	closed    bool
+
+	wake   chan struct{}
+	quit   chan struct{}
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the monitor and every request in flight
+}
+
+var (
+	_ dlock.Backend      = (*Backend)(nil)
+	_ dlock.BatchRenewer = (*Backend)(nil)
+	_ dlock.Inspector    = (*Backend)(nil)
+)
+
+func newBackend(cfg config, desc string) *Backend {
+	b := &Backend{
+		cfg:     cfg,
+		desc:    desc,
+		timeout: cfg.sessionTimeout,
+		changed: make(chan struct{}),
+		holds:   make(map[*hold]struct{}),
+		wake:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b
+}
+
+// Connect connects to the ZooKeeper servers ("host:port"), waits until a
+// session is established or ctx is done, and returns a Backend that owns
+// the connection: Close closes the session, which deletes every node the
+// backend still had.
+func Connect(ctx context.Context, servers []string, opts ...Option) (*Backend, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("%w: zookeeper: no servers", dlock.ErrInvalidOption)
+	}
+	b := newBackend(cfg, "zookeeper "+strings.Join(servers, ",")+cfg.root)
+	b.wire = &wire{base: time.Now(), session: b.onSession}
+	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
+		zk.WithDialer(b.wire.dial),
+		zk.WithEventCallback(b.onEvent),
+		zk.WithLogger(zkLogger{cfg.logger}),
+		zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("%w: zookeeper: %v", dlock.ErrInvalidOption, err)
+	}
+	b.conn, b.events = conn, events
+	for {
+		b.mu.Lock()
+		ok, ch := b.sid != 0 && b.connected, b.changed
+		b.mu.Unlock()
+		if ok {
+			break
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			b.cancel()
+			b.closeConn()
+			return nil, fmt.Errorf("%w: zookeeper %s: no session: %w", dlock.ErrBackendUnavailable, strings.Join(servers, ","), ctx.Err())
+		}
+	}
+	b.wg.Add(1)
+	go b.monitor()
+	return b, nil
+}
+
+// New returns a Backend on a connection the caller made with zk.Connect.
+// The caller keeps the connection: Close does not close it.
+//
+// go-zookeeper shows neither the session timeout the servers granted nor
+// the connection's pings, so a Backend made by New knows less than one made
+// by Connect: give the granted timeout with [SessionTimeout]; the backend
+// watches the connection's state by polling it (every 50 ms), and its
+// session clock starts at its own last answered request instead of the
+// last ping. Prefer Connect.
+func New(conn *zk.Conn, opts ...Option) (*Backend, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: zookeeper: nil connection", dlock.ErrInvalidOption)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	b := newBackend(cfg, "zookeeper "+conn.Server()+cfg.root)
+	b.conn = conn
+	b.poll()
+	b.wg.Add(1)
+	go b.monitor()
+	return b, nil
+}
+
+// Conn returns the backend's ZooKeeper connection.
+func (b *Backend) Conn() *zk.Conn { return b.conn }
+
+// String describes the backend: "zookeeper" and the servers and root.
+func (b *Backend) String() string { return b.desc }
+
+// SessionTimeout returns the session timeout the servers granted (with
+// New: the SessionTimeout option). No lease of the backend may have a
+// longer TTL.
+func (b *Backend) SessionTimeout() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.timeout
+}
+
+// Close stops the backend's goroutines and, for a backend made by Connect,
+// closes the session: ZooKeeper then deletes at once every node the
+// backend still had. It waits for requests in flight to end.
+//
+// The dlock Client releases its locks before it closes the backend. If
+// holds are still valid when Close is called (the backend was closed under
+// a Client, as the conformance suite does to simulate a crash), Close
+// keeps their leases' promise: it stops serving requests at once, so that
+// renewals fail, and ends the session only when the TTL since each hold's
+// last renewal has passed, which is after the leases' deadlines.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	var until time.Time
+	for h := range b.holds {
+		if !h.done && h.lost == nil && h.expires.After(until) {
+			until = h.expires
+		}
+	}
+	b.mu.Unlock()
+	if d := time.Until(until); d > 0 && b.events != nil {
+		time.Sleep(d)
+	}
+	close(b.quit)
+	b.cancel()
+	if b.events != nil {
+		b.closeConn()
+	}
+	b.wg.Wait()
+	return nil
+}
+
+// closeConn closes the own connection and waits until go-zookeeper's
+// goroutines are done (its event channel is closed last).
+func (b *Backend) closeConn() {
+	b.conn.Close()
+	for range b.events {
+	}
+}
+
+// Stats are counts of the traffic of a Backend made by Connect, for
+// benchmarks and tests.
+type Stats struct {
+	// Requests counts the requests sent, by operation ("create",
+	// "delete", "exists", "getData", "setData", "getChildren2", "multi",
+	// "createContainer", "ping", "closeSession", ...).
+	Requests map[string]int64
+	// WatchEvents counts the watch notifications received.
+	WatchEvents int64
+}
+
+// Total returns the number of requests sent, pings left out.
+func (s Stats) Total() int64 {
+	var n int64
+	for op, c := range s.Requests {
+		if op != "ping" {
+			n += c
+		}
+	}
+	return n
+}
+
+// Stats returns the traffic counts so far; for a Backend made by New they
+// are empty.
+func (b *Backend) Stats() Stats {
+	s := Stats{Requests: make(map[string]int64)}
+	if b.wire == nil {
+		return s
+	}
+	for i := range b.wire.ops {
+		if n := b.wire.ops[i].Load(); n > 0 {
+			name := opNames[i]
+			if name == "" {
+				name = fmt.Sprintf("op%d", i)
+			}
+			s.Requests[name] += n
+		}
+	}
+	s.WatchEvents = b.wire.notify.Load()
+	return s
+}
+
+// zkLogger sends go-zookeeper's log lines to slog at debug level.
+type zkLogger struct{ l *slog.Logger }
+
+func (z zkLogger) Printf(format string, args ...any) {
+	z.l.Debug("zookeeper: " + fmt.Sprintf(format, args...))
+}
+
+// Errors.
+
+// unavailable wraps an error of the connection as ErrBackendUnavailable;
+// context errors pass unchanged.
+func (b *Backend) unavailable(what string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if errors.Is(err, dlock.ErrClosed) || errors.Is(err, dlock.ErrBackendUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", dlock.ErrBackendUnavailable, what, err)
+}
+
+func lostErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", dlock.ErrLeaseLost, fmt.Sprintf(format, args...))
+}
+
+// answered reports whether err is an answer of the server (so the request
+// reached it) rather than a failure of the connection.
+func answered(err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer),
+		errors.Is(err, zk.ErrClosing), errors.Is(err, zk.ErrSessionExpired),
+		errors.Is(err, zk.ErrSessionMoved), errors.Is(err, zk.ErrUnknown),
+		errors.Is(err, dlock.ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	var ne interface{ Timeout() bool }
+	return !errors.As(err, &ne)
+}
+
+// call runs one request with ctx: it returns ctx.Err() when ctx ends first
+// (go-zookeeper's requests have no context; the request goes on and its
+// answer is dropped). It records the request's send time as the session's
+// latest sign of life when the server answered.
+func call[T any](b *Backend, ctx context.Context, f func() (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return zero, dlock.ErrClosed
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	type result struct {
+		v   T
+		err error
+	}
+	sent := time.Now()
+	done := make(chan result, 1)
+	go func() {
+		defer b.wg.Done()
+		v, err := f()
+		if answered(err) {
+			b.markAlive(sent)
+		}
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// The requests the backend makes.
+
+func (b *Backend) children(ctx context.Context, path string) ([]string, error) {
+	return call(b, ctx, func() ([]string, error) {
+		kids, _, err := b.conn.Children(path)
+		return kids, err
+	})
+}
+
+type getResult struct {
+	data  []byte
+	stat  *zk.Stat
+	watch <-chan zk.Event
+}
+
+func (b *Backend) get(ctx context.Context, path string, watch bool) (getResult, error) {
+	return call(b, ctx, func() (getResult, error) {
+		if watch {
+			d, st, ch, err := b.conn.GetW(path)
+			return getResult{d, st, ch}, err
+		}
+		d, st, err := b.conn.Get(path)
+		return getResult{data: d, stat: st}, err
+	})
+}
+
+func (b *Backend) exists(ctx context.Context, path string) (*zk.Stat, error) {
+	return call(b, ctx, func() (*zk.Stat, error) {
+		ok, st, err := b.conn.Exists(path)
+		if err == nil && !ok {
+			return nil, zk.ErrNoNode
+		}
+		return st, err
+	})
+}
+
+func (b *Backend) set(ctx context.Context, path string, data []byte, version int32) (*zk.Stat, error) {
+	return call(b, ctx, func() (*zk.Stat, error) { return b.conn.Set(path, data, version) })
+}
+
+func (b *Backend) del(ctx context.Context, path string, version int32) error {
+	_, err := call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(path, version) })
+	return err
+}

@@ -1,0 +1,85 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/go-zookeeper/zk"
+)
+
+// Inspect lists the held locks whose names start with prefix, with the
+// holder's owner, token and reentry count and the number of waiters
+// queued behind it. TTL is 0: ZooKeeper keeps no per-lock expiry, the
+// holder's session does. It reads the root's children, then the queue and
+// the holder's node of every matching lock (many requests at once).
+func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	kids, err := b.children(ctx, b.cfg.root)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, b.unavailable("list "+b.cfg.root, err)
+	}
+	var (
+		mu    sync.Mutex
+		out   []dlock.LockInfo
+		errs  []error
+		wg    sync.WaitGroup
+		limit = make(chan struct{}, 64)
+	)
+	for _, k := range kids {
+		name, ok := unescape(k)
+		if !ok || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		wg.Add(1)
+		limit <- struct{}{}
+		go func() {
+			defer func() { <-limit; wg.Done() }()
+			info, ok, err := b.inspectOne(ctx, name, b.cfg.root+"/"+k)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			} else if ok {
+				out = append(out, info)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func (b *Backend) inspectOne(ctx context.Context, name, parent string) (dlock.LockInfo, bool, error) {
+	for range 8 {
+		kids, err := b.children(ctx, parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			return dlock.LockInfo{}, false, nil
+		}
+		if err != nil {
+			return dlock.LockInfo{}, false, b.unavailable("list "+parent, err)
+		}
+		q := queue(kids)
+		if len(q) == 0 {
+			return dlock.LockInfo{}, false, nil
+		}
+		r, err := b.get(ctx, parent+"/"+q[0].name, false)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // released meanwhile: look again
+		}
+		if err != nil {
+			return dlock.LockInfo{}, false, b.unavailable("read "+parent, err)
+		}
+		d := decodeData(r.data)
+		return dlock.LockInfo{Name: name, Owner: d.Owner, Token: uint64(r.stat.Czxid), Count: d.Count, Waiters: len(q) - 1}, true, nil
+	}
+	return dlock.LockInfo{}, false, nil
+}

@@ -1,0 +1,240 @@
+package zookeeper
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// wire watches the bytes of the connections that a Backend made with
+// Connect. ZooKeeper answers every request of a session (pings included) in
+// order and go-zookeeper shows neither the session timeout the server
+// granted nor its pings, so the wire is where the backend learns:
+//
+//   - the negotiated session timeout and the session id, from the connect
+//     response;
+//   - alive: the send time of the latest request (ping, read, write) that
+//     the server has answered. The server had heard from the session at that
+//     moment, so the session cannot expire before alive + session timeout.
+//     This is the clock that makes a lease lost when a connection goes
+//     quiet, whether or not go-zookeeper has noticed the disconnect yet;
+//   - how many requests of each kind were sent and how many watch
+//     notifications arrived (Stats).
+type wire struct {
+	base  time.Time    // monotonic origin of alive
+	alive atomic.Int64 // nanoseconds since base; 0 = never
+	// session is called with the session id and the negotiated timeout
+	// when a connect response arrives (id 0: the session expired). It
+	// runs on go-zookeeper's connection goroutine before the matching
+	// state event.
+	session func(id int64, timeout time.Duration)
+
+	ops    [opSlots]atomic.Int64
+	notify atomic.Int64
+}
+
+// opSlots covers the opcodes that go-zookeeper sends, mapped by opSlot.
+const opSlots = 24
+
+// opSlot maps an opcode to a counter slot.
+func opSlot(op int32) int {
+	switch {
+	case op >= 0 && op < 22:
+		return int(op)
+	case op == -11: // close
+		return 22
+	default: // setAuth (100), setWatches (101) and anything else
+		return 23
+	}
+}
+
+var opNames = [opSlots]string{
+	1: "create", 2: "delete", 3: "exists", 4: "getData", 5: "setData",
+	6: "getACL", 7: "setACL", 8: "getChildren", 9: "sync", 11: "ping",
+	12: "getChildren2", 13: "check", 14: "multi", 16: "reconfig",
+	19: "createContainer", 21: "createTTL", 22: "closeSession", 23: "other",
+}
+
+func (w *wire) markAlive(t time.Time) {
+	ns := int64(t.Sub(w.base))
+	if ns <= 0 {
+		ns = 1
+	}
+	for {
+		old := w.alive.Load()
+		if ns <= old || w.alive.CompareAndSwap(old, ns) {
+			return
+		}
+	}
+}
+
+// lastAlive returns the send time of the latest answered request, or the
+// zero time.
+func (w *wire) lastAlive() time.Time {
+	ns := w.alive.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return w.base.Add(time.Duration(ns))
+}
+
+// dial is the zk.Dialer of a Backend's own connection.
+func (w *wire) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	wc := &wireConn{Conn: c, w: w, pending: make(map[int32][]time.Time)}
+	wc.out.frame = wc.sent
+	wc.in.frame = wc.received
+	return wc, nil
+}
+
+// connectXid stands for the connect request, which has no header.
+const connectXid = -1 << 31
+
+// wireConn is one TCP connection to a server, seen by a wire.
+type wireConn struct {
+	net.Conn
+	w *wire
+
+	wmu sync.Mutex // guards out and sent frames' bookkeeping on the writer side
+	out frames
+	rmu sync.Mutex
+	in  frames
+
+	mu      sync.Mutex
+	pending map[int32][]time.Time // send times of unanswered requests by xid
+	now     time.Time             // time of the write being scanned
+}
+
+func (c *wireConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	// Record before writing: the answer may be read before Write returns.
+	c.now = time.Now()
+	c.out.feed(p)
+	c.wmu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *wireConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.rmu.Lock()
+		c.in.feed(p[:n])
+		c.rmu.Unlock()
+	}
+	return n, err
+}
+
+// sent handles the head of a request frame written to the server.
+func (c *wireConn) sent(head []byte, first bool) {
+	xid := int32(connectXid)
+	if !first {
+		if len(head) < 8 {
+			return
+		}
+		xid = int32(binary.BigEndian.Uint32(head))
+		c.w.ops[opSlot(int32(binary.BigEndian.Uint32(head[4:])))].Add(1)
+	}
+	c.mu.Lock()
+	c.pending[xid] = append(c.pending[xid], c.now)
+	c.mu.Unlock()
+}
+
+// received handles the head of a frame read from the server.
+func (c *wireConn) received(head []byte, first bool) {
+	xid := int32(connectXid)
+	if !first {
+		if len(head) < 4 {
+			return
+		}
+		xid = int32(binary.BigEndian.Uint32(head))
+		if xid == -1 { // a watch notification, not an answer
+			c.w.notify.Add(1)
+			return
+		}
+	}
+	c.mu.Lock()
+	q := c.pending[xid]
+	var at time.Time
+	if len(q) > 0 {
+		at = q[0]
+		if len(q) == 1 {
+			delete(c.pending, xid)
+		} else {
+			c.pending[xid] = q[1:]
+		}
+	}
+	c.mu.Unlock()
+	if first {
+		// protocolVersion int32, timeOut int32, sessionId int64, passwd ...
+		if len(head) < 16 {
+			return
+		}
+		timeout := time.Duration(int32(binary.BigEndian.Uint32(head[4:]))) * time.Millisecond
+		id := int64(binary.BigEndian.Uint64(head[8:]))
+		if id != 0 && !at.IsZero() {
+			c.w.markAlive(at)
+		}
+		if c.w.session != nil {
+			c.w.session(id, timeout)
+		}
+		return
+	}
+	if !at.IsZero() {
+		c.w.markAlive(at)
+	}
+}
+
+// frames splits a byte stream of length-prefixed ZooKeeper frames and
+// hands the first bytes of each frame to frame; it keeps no more than a
+// frame's head in memory.
+type frames struct {
+	frame func(head []byte, first bool)
+	buf   [4 + 16]byte
+	have  int // bytes of buf filled
+	want  int // head bytes wanted after the length
+	rest  int // bytes of the current frame after its head
+	skip  int // bytes of the current frame left to skip
+	seen  bool
+}
+
+func (f *frames) feed(p []byte) {
+	for len(p) > 0 {
+		if f.skip > 0 {
+			k := min(f.skip, len(p))
+			f.skip -= k
+			p = p[k:]
+			continue
+		}
+		if f.have < 4 {
+			k := copy(f.buf[f.have:4], p)
+			f.have += k
+			p = p[k:]
+			if f.have < 4 {
+				return
+			}
+			n := int(int32(binary.BigEndian.Uint32(f.buf[:4])))
+			if n < 0 {
+				n = 0
+			}
+			f.want = min(n, 16)
+			f.rest = n - f.want
+		}
+		if f.have < 4+f.want {
+			k := copy(f.buf[f.have:4+f.want], p)
+			f.have += k
+			p = p[k:]
+			if f.have < 4+f.want {
+				return
+			}
+		}
+		first := !f.seen
+		f.seen = true
+		f.frame(f.buf[4:4+f.want], first)
+		f.have, f.skip = 0, f.rest
+	}
+}
