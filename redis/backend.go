@@ -1,0 +1,653 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Backend is a [dlock.Backend] on a Redis server, a Sentinel-managed
+// master or a Redis Cluster. Create it with [New] on a go-redis client, or
+// open it by URL with dlock.Open. It is safe for concurrent use.
+type Backend struct {
+	rdb     goredis.UniversalClient
+	cluster *goredis.ClusterClient // set for a Cluster
+	ring    *goredis.Ring          // set for a Ring
+	owned   bool                   // Close closes rdb
+	desc    string
+	cfg     config
+	mux     *mux
+
+	checkMu   sync.Mutex
+	checked   atomic.Pointer[checkResult]
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+type checkResult struct{ err error }
+
+var (
+	_ dlock.Backend      = (*Backend)(nil)
+	_ dlock.BatchRenewer = (*Backend)(nil)
+	_ dlock.Inspector    = (*Backend)(nil)
+)
+
+// New returns a backend on rdb: a *redis.Client (also one made by
+// redis.NewFailoverClient for Sentinel), a *redis.ClusterClient or a
+// *redis.Ring of the go-redis v9 package. The backend does not take rdb
+// over: Close leaves it open, and the caller closes it after the backend.
+// The backend opens one pub/sub connection of its own through rdb, the
+// first time a Lock has to wait, shared by all its waiters.
+//
+// New does no I/O; the first operation checks that the server is Redis
+// [MinServerVersion] or later.
+func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: redis.New: nil client", dlock.ErrInvalidOption)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	b := &Backend{rdb: rdb, cfg: cfg}
+	switch c := rdb.(type) {
+	case *goredis.Client:
+		if addr := c.Options().Addr; addr == "FailoverClient" {
+			b.desc = "redis sentinel"
+		} else {
+			b.desc = "redis " + addr
+			if db := c.Options().DB; db != 0 {
+				b.desc += "/" + strconv.Itoa(db)
+			}
+		}
+	case *goredis.ClusterClient:
+		b.cluster = c
+		b.desc = "redis cluster " + strings.Join(c.Options().Addrs, ",")
+	case *goredis.Ring:
+		b.ring = c
+		b.desc = "redis ring"
+		if cfg.replicas > 0 {
+			cfg.errs = append(cfg.errs, "WaitReplicas is not available on a Ring")
+		}
+	default:
+		b.desc = "redis"
+	}
+	if cfg.desc != "" {
+		b.desc = cfg.desc
+	}
+	if len(cfg.errs) > 0 {
+		return nil, fmt.Errorf("%w: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
+	}
+	b.mux = newMux(b)
+	return b, nil
+}
+
+// String describes the backend, e.g. "redis 127.0.0.1:6379".
+func (b *Backend) String() string { return b.desc }
+
+// Client returns the go-redis client the backend uses.
+func (b *Backend) Client() goredis.UniversalClient { return b.rdb }
+
+// Close stops the backend's pub/sub connection and goroutines. It closes
+// the go-redis client only if the backend made it (dlock.Open).
+func (b *Backend) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		b.mux.close()
+		if b.owned {
+			err = b.rdb.Close()
+		}
+	})
+	return err
+}
+
+// ready checks, once, that the backend is open and the server recent
+// enough.
+func (b *Backend) ready(ctx context.Context) error {
+	if b.closed.Load() {
+		return fmt.Errorf("%w: the redis backend is closed", dlock.ErrClosed)
+	}
+	if r := b.checked.Load(); r != nil {
+		return r.err
+	}
+	b.checkMu.Lock()
+	defer b.checkMu.Unlock()
+	if r := b.checked.Load(); r != nil {
+		return r.err
+	}
+	info, err := b.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		if isRedisReply(err) {
+			cerr := classify(err)
+			if errors.Is(cerr, dlock.ErrBackendUnavailable) {
+				return cerr // authentication, loading: not a verdict on the server
+			}
+			// INFO is not allowed here (ACL, renamed command): let the
+			// scripts show what the server can do.
+			b.checked.Store(&checkResult{})
+			return nil
+		}
+		return classify(err)
+	}
+	r := &checkResult{}
+	if v := infoField(info, "redis_version"); v != "" && !versionOK(v) {
+		r.err = fmt.Errorf("%w: the server runs Redis %s; dlock's scripts need %s or later", ErrServerTooOld, v, MinServerVersion)
+	}
+	b.checked.Store(r)
+	return r.err
+}
+
+// Modes of an attempt, as the acquire script takes them.
+const (
+	modeTry  = "t"
+	modeWait = "w"
+	modeFair = "f"
+)
+
+// Acquire makes one attempt; see [dlock.Backend]. An uncontended attempt
+// is one script call. When the lock is held and req.Wait is set, the
+// returned waiter is subscribed to the lock's channel on the backend's
+// shared pub/sub connection (for a fair request it is also in the lock's
+// queue).
+func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	if err := b.ready(ctx); err != nil {
+		return dlock.Grant{}, nil, err
+	}
+	w := &waiter{b: b, k: newKeys(b.cfg.prefix, req.Name), req: req, rid: newID(), mode: modeTry, hint: -1}
+	if req.Wait {
+		w.mode = modeWait
+		if req.Fair {
+			w.mode = modeFair
+		}
+		w.wake = make(chan struct{}, 1)
+		// If this process already listens on the lock's channel, the
+		// waiter joins before its first attempt, so that no release after
+		// the attempt can go unnoticed.
+		w.armed = b.mux.tryAttach(w)
+	}
+	g, err := b.attempt(ctx, w)
+	if err == nil {
+		if req.Wait {
+			b.mux.detach(w, true)
+		}
+		return g, nil, nil
+	}
+	if !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) {
+		if req.Wait {
+			b.mux.detach(w, false)
+		}
+		if w.uncertain {
+			b.withdraw(ctx, w)
+		}
+		return dlock.Grant{}, nil, err
+	}
+	if w.sub == nil {
+		b.mux.attach(w)
+	}
+	return dlock.Grant{}, w, err
+}
+
+// attempt runs the acquire script for w.
+func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
+	k := w.k
+	v, acked, err := b.run(ctx, acquireScript, []string{k.holder, k.fence, k.queue, k.timeouts},
+		w.req.Owner, millis(w.req.TTL), w.rid, w.mode, millis(b.cfg.waiterTimeout), k.channel)
+	if err != nil {
+		w.uncertain = uncertain(err)
+		return dlock.Grant{}, b.fail(k, err)
+	}
+	w.uncertain = false
+	r, _ := v.([]any)
+	if len(r) < 3 {
+		return dlock.Grant{}, fmt.Errorf("redis: unexpected reply %v from the acquire script", v)
+	}
+	if toInt(r[0]) == 1 {
+		tok, err := strconv.ParseUint(toStr(r[1]), 10, 64)
+		if err != nil {
+			return dlock.Grant{}, fmt.Errorf("redis: bad token %v in %s: %w", r[1], k.holder, err)
+		}
+		if b.cfg.replicas > 0 && acked < b.cfg.replicas {
+			b.giveBack(ctx, k, w.req.Owner, tok)
+			return dlock.Grant{}, fmt.Errorf("%w: the grant reached %d of %d replicas within %v and was given back",
+				dlock.ErrBackendUnavailable, acked, b.cfg.replicas, b.cfg.replicaTimeout)
+		}
+		return dlock.Grant{Token: tok, Count: int(toInt(r[2])), Handle: k}, nil
+	}
+	if len(r) < 5 {
+		return dlock.Grant{}, fmt.Errorf("redis: unexpected reply %v from the acquire script", v)
+	}
+	owner := toStr(r[1])
+	hint := toInt(r[3])
+	if hint >= 0 {
+		w.hint = time.Duration(hint+1) * time.Millisecond
+	} else {
+		w.hint = -1
+	}
+	if owner == "" {
+		return dlock.Grant{}, fmt.Errorf("%w: free, but %d fair waiter(s) are queued first", dlock.ErrNotAcquired, toInt(r[4]))
+	}
+	tok, _ := strconv.ParseUint(toStr(r[2]), 10, 64)
+	var ttl time.Duration
+	if hint > 0 {
+		ttl = time.Duration(hint) * time.Millisecond
+	}
+	return dlock.Grant{}, &dlock.HeldError{Holder: dlock.Holder{Owner: owner, Token: tok, TTL: ttl}}
+}
+
+// giveBack releases a grant the caller will not use.
+func (b *Backend) giveBack(ctx context.Context, k *keys, owner string, tok uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	releaseScript.Run(ctx, b.rdb, []string{k.holder, k.queue, k.timeouts}, owner, strconv.FormatUint(tok, 10), k.channel)
+}
+
+// withdraw runs the cancel script for w, for an attempt whose outcome is
+// unknown, with a context of its own.
+func (b *Backend) withdraw(ctx context.Context, w *waiter) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	w.cancelOnServer(ctx)
+}
+
+// cleanupTimeout bounds the clean-up a failed call does on its own.
+const cleanupTimeout = 2 * time.Second
+
+// Renew extends the hold h to ttl from now.
+func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	k := b.keysOf(h)
+	v, acked, err := b.run(ctx, renewScript, []string{k.holder}, h.Owner, strconv.FormatUint(h.Token, 10), millis(ttl))
+	if err != nil {
+		return b.fail(k, err)
+	}
+	r, _ := v.([]any)
+	if len(r) >= 1 && toInt(r[0]) == 1 {
+		if b.cfg.replicas > 0 && acked < b.cfg.replicas {
+			return fmt.Errorf("%w: the renewal reached %d of %d replicas within %v",
+				dlock.ErrBackendUnavailable, acked, b.cfg.replicas, b.cfg.replicaTimeout)
+		}
+		return nil
+	}
+	if len(r) < 3 {
+		return fmt.Errorf("redis: unexpected reply %v from the renew script", v)
+	}
+	return lost(h.Token, toStr(r[1]), toStr(r[2]))
+}
+
+// Release gives up one hold of h; when the lock frees it publishes on the
+// lock's channel so that a waiter wakes.
+func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	k := b.keysOf(h)
+	v, err := releaseScript.Run(ctx, b.rdb, []string{k.holder, k.queue, k.timeouts},
+		h.Owner, strconv.FormatUint(h.Token, 10), k.channel).Result()
+	if err != nil {
+		return b.fail(k, err)
+	}
+	r, _ := v.([]any)
+	if len(r) >= 2 && toInt(r[0]) == 1 {
+		return nil
+	}
+	if len(r) < 3 {
+		return fmt.Errorf("redis: unexpected reply %v from the release script", v)
+	}
+	return lost(h.Token, toStr(r[1]), toStr(r[2]))
+}
+
+func lost(token uint64, owner, tok string) error {
+	if owner == "" {
+		return fmt.Errorf("%w: token %d expired or was released", dlock.ErrLeaseLost, token)
+	}
+	return fmt.Errorf("%w: held by %q with token %s", dlock.ErrLeaseLost, owner, tok)
+}
+
+// keysOf returns the keys of a hold, from its handle when it has one.
+func (b *Backend) keysOf(h dlock.Hold) *keys {
+	if k, ok := h.Handle.(*keys); ok && k != nil {
+		return k
+	}
+	return newKeys(b.cfg.prefix, h.Name)
+}
+
+// batchSize bounds the holds renewed by one script call.
+const batchSize = 256
+
+// RenewBatch renews many holds: on a single server (or Sentinel master) in
+// one script call per 256 holds, on a Cluster or Ring in one script call per
+// slot, sent as one pipeline (one round trip per node).
+func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	errs := make([]error, len(rs))
+	// Group the renewals: all together on one server, by slot otherwise.
+	var groups [][]int
+	if b.cluster == nil && b.ring == nil {
+		all := make([]int, len(rs))
+		for i := range all {
+			all[i] = i
+		}
+		groups = append(groups, all)
+	} else {
+		bySlot := make(map[uint16][]int)
+		var order []uint16
+		for i, r := range rs {
+			s := b.keysOf(r.Hold).slot
+			if _, ok := bySlot[s]; !ok {
+				order = append(order, s)
+			}
+			bySlot[s] = append(bySlot[s], i)
+		}
+		for _, s := range order {
+			groups = append(groups, bySlot[s])
+		}
+	}
+	type call struct {
+		idx  []int
+		keys []string
+		args []any
+		cmd  *goredis.Cmd
+	}
+	var calls []*call
+	for _, g := range groups {
+		for len(g) > 0 {
+			n := min(len(g), batchSize)
+			c := &call{idx: g[:n]}
+			for _, i := range c.idx {
+				r := rs[i]
+				c.keys = append(c.keys, b.keysOf(r.Hold).holder)
+				c.args = append(c.args, r.Hold.Owner, strconv.FormatUint(r.Hold.Token, 10), millis(r.TTL))
+			}
+			calls = append(calls, c)
+			g = g[n:]
+		}
+	}
+	results := make([]any, len(calls))
+	callErrs := make([]error, len(calls))
+	acks := make([]int, len(calls))
+	if b.cfg.replicas > 0 || len(calls) == 1 {
+		for j, c := range calls {
+			results[j], acks[j], callErrs[j] = b.run(ctx, renewBatchScript, c.keys, c.args...)
+		}
+	} else {
+		b.pipelineScripts(ctx, renewBatchScript, len(calls), func(j int) ([]string, []any) { return calls[j].keys, calls[j].args }, results, callErrs)
+	}
+	for j, c := range calls {
+		if callErrs[j] != nil {
+			err := b.fail(b.keysOf(rs[c.idx[0]].Hold), callErrs[j])
+			for _, i := range c.idx {
+				errs[i] = err
+			}
+			continue
+		}
+		codes, _ := results[j].([]any)
+		for n, i := range c.idx {
+			code := int64(-2)
+			if n < len(codes) {
+				code = toInt(codes[n])
+			}
+			switch code {
+			case 1:
+				if b.cfg.replicas > 0 && acks[j] < b.cfg.replicas {
+					errs[i] = fmt.Errorf("%w: the renewal reached %d of %d replicas within %v",
+						dlock.ErrBackendUnavailable, acks[j], b.cfg.replicas, b.cfg.replicaTimeout)
+				}
+			case 0:
+				errs[i] = fmt.Errorf("%w: token %d is no longer the holder's", dlock.ErrLeaseLost, rs[i].Hold.Token)
+			case -1:
+				errs[i] = fmt.Errorf("%w: key %q is not a hash", ErrForeignData, b.keysOf(rs[i].Hold).holder)
+			default:
+				errs[i] = fmt.Errorf("redis: unexpected reply %v from the batch renew script", results[j])
+			}
+		}
+	}
+	return errs
+}
+
+// pipelineScripts runs n calls of script in one pipeline (EVALSHA, then
+// EVAL for those the server did not know).
+func (b *Backend) pipelineScripts(ctx context.Context, script *goredis.Script, n int, call func(int) ([]string, []any), results []any, errs []error) {
+	cmds := make([]*goredis.Cmd, n)
+	p := b.rdb.Pipeline()
+	for j := range n {
+		keys, args := call(j)
+		cmds[j] = script.EvalSha(ctx, p, keys, args...)
+	}
+	p.Exec(ctx)
+	var retry []int
+	for j, c := range cmds {
+		if isNoScript(c.Err()) {
+			retry = append(retry, j)
+			continue
+		}
+		results[j], errs[j] = c.Result()
+	}
+	if len(retry) == 0 {
+		return
+	}
+	p = b.rdb.Pipeline()
+	for _, j := range retry {
+		keys, args := call(j)
+		cmds[j] = script.Eval(ctx, p, keys, args...)
+	}
+	p.Exec(ctx)
+	for _, j := range retry {
+		results[j], errs[j] = cmds[j].Result()
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, goredis.ErrNoScript) || goredis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// run runs script with EVALSHA (EVAL if the server does not have it yet).
+// With WaitReplicas it sends WAIT in the same pipeline and returns the
+// number of replicas that acknowledged.
+func (b *Backend) run(ctx context.Context, script *goredis.Script, keys []string, args ...any) (any, int, error) {
+	if b.cfg.replicas == 0 {
+		v, err := script.Run(ctx, b.rdb, keys, args...).Result()
+		return v, 0, err
+	}
+	var p goredis.Pipeliner
+	if b.cluster != nil {
+		node, err := b.cluster.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		p = node.Pipeline()
+	} else {
+		p = b.rdb.Pipeline()
+	}
+	ev := script.EvalSha(ctx, p, keys, args...)
+	wt := p.Do(ctx, "wait", b.cfg.replicas, millis(b.cfg.replicaTimeout))
+	p.Exec(ctx)
+	if isNoScript(ev.Err()) {
+		ev = script.Eval(ctx, p, keys, args...)
+		wt = p.Do(ctx, "wait", b.cfg.replicas, millis(b.cfg.replicaTimeout))
+		p.Exec(ctx)
+	}
+	v, err := ev.Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	n, _ := wt.Int64()
+	return v, int(n), nil
+}
+
+// fail turns the error of a script on the keys k into the backend's error.
+func (b *Backend) fail(k *keys, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "DLOCKFOREIGN"):
+		key := k.holder
+		if strings.Contains(msg, k.fence) {
+			key = k.fence
+		}
+		return fmt.Errorf("%w: key %q holds data that dlock did not write; nothing was changed", ErrForeignData, key)
+	case strings.Contains(msg, "WRONGTYPE"):
+		return b.foreign(k, err)
+	}
+	return classify(err)
+}
+
+// foreign finds which of the keys k holds another type than dlock keeps
+// there, after a script failed with WRONGTYPE.
+func (b *Backend) foreign(k *keys, cause error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	want := []struct{ key, typ string }{{k.holder, "hash"}, {k.fence, "string"}, {k.queue, "list"}, {k.timeouts, "zset"}}
+	p := b.rdb.Pipeline()
+	cmds := make([]*goredis.StatusCmd, len(want))
+	for i, w := range want {
+		cmds[i] = p.Type(ctx, w.key)
+	}
+	p.Exec(ctx)
+	for i, w := range want {
+		if t := cmds[i].Val(); t != "" && t != "none" && t != w.typ {
+			return fmt.Errorf("%w: key %q holds a %s where dlock keeps a %s; nothing was changed", ErrForeignData, w.key, t, w.typ)
+		}
+	}
+	return fmt.Errorf("%w: a key of %q holds another type; nothing was changed: %w", ErrForeignData, k.holder, cause)
+}
+
+// Inspect lists the locks held whose names start with prefix, with a SCAN
+// over the backend's key pattern (on every master of a Cluster, every shard
+// of a Ring). Waiters counts the fair waiters in the lock's queue; waiters
+// of non-fair requests are known only to their processes and not counted.
+func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, err
+	}
+	pattern := b.cfg.prefix + ":{" + encodeName(prefix) + "*}"
+	var mu sync.Mutex
+	var out []dlock.LockInfo
+	scan := func(ctx context.Context, c *goredis.Client) error {
+		infos, err := b.scanNode(ctx, c, pattern, prefix)
+		mu.Lock()
+		out = append(out, infos...)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	switch {
+	case b.cluster != nil:
+		err = b.cluster.ForEachMaster(ctx, scan)
+	case b.ring != nil:
+		err = b.ring.ForEachShard(ctx, scan)
+	default:
+		c, ok := b.rdb.(*goredis.Client)
+		if !ok {
+			return nil, fmt.Errorf("redis: Inspect needs a *redis.Client, *redis.ClusterClient or *redis.Ring, not %T", b.rdb)
+		}
+		err = scan(ctx, c)
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, prefix string) ([]dlock.LockInfo, error) {
+	var keys []string
+	var cursor uint64
+	for {
+		ks, next, err := c.ScanType(ctx, cursor, pattern, 1000, "hash").Result()
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, ks...)
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	var out []dlock.LockInfo
+	head := b.cfg.prefix + ":{"
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		chunk := keys[:n]
+		keys = keys[n:]
+		p := c.Pipeline()
+		hm := make([]*goredis.SliceCmd, n)
+		pt := make([]*goredis.DurationCmd, n)
+		ql := make([]*goredis.IntCmd, n)
+		for i, key := range chunk {
+			hm[i] = p.HMGet(ctx, key, "o", "n", "t")
+			pt[i] = p.PTTL(ctx, key)
+			ql[i] = p.LLen(ctx, key+":queue")
+		}
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+			// Individual commands may fail (a key that changed type); the
+			// others are still good.
+			if !isRedisReply(err) {
+				return nil, err
+			}
+		}
+		for i, key := range chunk {
+			vals, err := hm[i].Result()
+			if err != nil || len(vals) < 3 || vals[0] == nil {
+				continue // released meanwhile, or not a lock
+			}
+			enc := strings.TrimSuffix(strings.TrimPrefix(key, head), "}")
+			name, err := decodeName(enc)
+			if err != nil || !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			tok, _ := strconv.ParseUint(toStr(vals[2]), 10, 64)
+			cnt, _ := strconv.Atoi(toStr(vals[1]))
+			ttl := pt[i].Val()
+			if ttl < 0 {
+				ttl = 0
+			}
+			out = append(out, dlock.LockInfo{Name: name, Owner: toStr(vals[0]), Token: tok, Count: cnt, TTL: ttl, Waiters: int(ql[i].Val())})
+		}
+	}
+	return out, nil
+}
+
+// millis converts d to whole milliseconds, rounding up so that the store
+// never keeps a lease shorter than the client assumes.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func toStr(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+// newID returns a random request id (128 bits, hex).
+func newID() string {
+	var buf [32]byte
+	const hex = "0123456789abcdef"
+	a, c := rand.Uint64(), rand.Uint64()
+	for i := range 16 {
+		buf[i] = hex[a>>(60-4*i)&15]
+		buf[16+i] = hex[c>>(60-4*i)&15]
+	}
+	return string(buf[:])
+}

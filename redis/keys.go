@@ -1,0 +1,144 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+)
+
+// keys are the Redis keys and the pub/sub channel of one lock. All of them
+// carry the same hash tag, {enc}, so that they live in one Cluster slot and
+// a script may touch them together.
+//
+//	PREFIX:{enc}          hash: the holder (o owner, n reentry count, t token, r request id), with PX expiry
+//	PREFIX:{enc}:fence    string: the last token granted; never expires
+//	PREFIX:{enc}:queue    list: fair waiters' ids in arrival order
+//	PREFIX:{enc}:timeouts zset: fair waiters' ids scored by the server time (ms) at which they count as dead
+//	PREFIX:{enc}:wake     pub/sub channel: release and queue-head notices
+type keys struct {
+	holder, fence, queue, timeouts, channel string
+	slot                                    uint16
+}
+
+func newKeys(prefix, name string) *keys {
+	enc := encodeName(name)
+	base := prefix + ":{" + enc + "}"
+	return &keys{
+		holder:   base,
+		fence:    base + ":fence",
+		queue:    base + ":queue",
+		timeouts: base + ":timeouts",
+		channel:  base + ":wake",
+		slot:     crc16(enc) % 16384,
+	}
+}
+
+// encodeName escapes a lock name for use inside a hash tag and a SCAN
+// pattern: the bytes { } % and the glob characters * ? [ ] \ as well as
+// ASCII control bytes become %XX; everything else (including UTF-8) is kept.
+// The encoding works byte by byte, so the encoding of a prefix of a name is
+// a prefix of the encoding of the name.
+func encodeName(name string) string {
+	n := 0
+	for i := 0; i < len(name); i++ {
+		if escapeByte(name[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return name
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(name) + 2*n)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if escapeByte(c) {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func escapeByte(c byte) bool {
+	switch c {
+	case '{', '}', '%', '*', '?', '[', ']', '\\':
+		return true
+	}
+	return c < 0x20 || c == 0x7f
+}
+
+// decodeName reverses encodeName.
+func decodeName(enc string) (string, error) {
+	if !strings.Contains(enc, "%") {
+		return enc, nil
+	}
+	var b strings.Builder
+	b.Grow(len(enc))
+	for i := 0; i < len(enc); i++ {
+		c := enc[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(enc) {
+			return "", fmt.Errorf("bad escape at the end of %q", enc)
+		}
+		hi, ok1 := unhex(enc[i+1])
+		lo, ok2 := unhex(enc[i+2])
+		if !ok1 || !ok2 {
+			return "", fmt.Errorf("bad escape %q in %q", enc[i:i+3], enc)
+		}
+		b.WriteByte(hi<<4 | lo)
+		i += 2
+	}
+	return b.String(), nil
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// crc16 is the CRC16-CCITT (XModem) checksum Redis Cluster uses for key
+// slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// validPrefix reports why p cannot be a key prefix, or "".
+func validPrefix(p string) string {
+	if p == "" {
+		return "is empty"
+	}
+	if len(p) > 64 {
+		return "is longer than 64 bytes"
+	}
+	for i := 0; i < len(p); i++ {
+		if escapeByte(p[i]) && p[i] != '%' {
+			return fmt.Sprintf("contains %q (braces, glob characters and control bytes are not allowed)", p[i])
+		}
+	}
+	return ""
+}
