@@ -242,8 +242,13 @@ func ParseURL(u *url.URL) ([]string, []Option, error) {
 			errs = append(errs, fmt.Errorf("unknown parameter %q (known: session_timeout, loss)", k))
 		}
 	}
-	if len(errs) > 0 {
-		return bad("%v", errors.Join(errs...))
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	errs = append(errs, cfg.check())
+	if err := errors.Join(errs...); err != nil {
+		return bad("%v", err)
 	}
 	return servers, opts, nil
 }
