@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -175,7 +176,9 @@ func (b *Backend) SessionTimeout() time.Duration {
 // a Client, as the conformance suite does to simulate a crash), Close
 // keeps their leases' promise: it stops serving requests at once, so that
 // renewals fail, and ends the session only when the TTL since each hold's
-// last renewal has passed, which is after the leases' deadlines.
+// last renewal has passed, which is after the leases' deadlines. (When the
+// session is not connected, closing cannot end it early, and Close does not
+// wait.)
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -183,6 +186,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	connected := b.connected
 	var until time.Time
 	for h := range b.holds {
 		if !h.done && h.lost == nil && h.expires.After(until) {
@@ -190,7 +194,7 @@ func (b *Backend) Close() error {
 		}
 	}
 	b.mu.Unlock()
-	if d := time.Until(until); d > 0 && b.events != nil {
+	if d := time.Until(until); d > 0 && b.events != nil && connected {
 		time.Sleep(d)
 	}
 	close(b.quit)
@@ -299,6 +303,12 @@ func answered(err error) bool {
 // answer is dropped). It records the request's send time as the session's
 // latest sign of life when the server answered.
 func call[T any](b *Backend, ctx context.Context, f func() (T, error)) (T, error) {
+	return callLate(b, ctx, f, nil)
+}
+
+// callLate is call with a function that gets the result when it arrives
+// after ctx ended (and the caller has gone).
+func callLate[T any](b *Backend, ctx context.Context, f func() (T, error), late func(T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
@@ -316,19 +326,28 @@ func call[T any](b *Backend, ctx context.Context, f func() (T, error)) (T, error
 	}
 	sent := time.Now()
 	done := make(chan result, 1)
+	var claimed atomic.Bool // by the caller giving up, or by the answer
 	go func() {
 		defer b.wg.Done()
 		v, err := f()
 		if answered(err) {
 			b.markAlive(sent)
 		}
-		done <- result{v, err}
+		if claimed.CompareAndSwap(false, true) {
+			done <- result{v, err}
+		} else if late != nil {
+			late(v, err)
+		}
 	}()
 	select {
 	case r := <-done:
 		return r.v, r.err
 	case <-ctx.Done():
-		return zero, ctx.Err()
+		if claimed.CompareAndSwap(false, true) {
+			return zero, ctx.Err()
+		}
+		r := <-done // the answer came first
+		return r.v, r.err
 	}
 }
 

@@ -51,7 +51,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if err := w.create(ctx); err != nil {
 		return dlock.Grant{}, nil, err
 	}
-	g, err := w.decide(ctx, start)
+	g, err := w.decide(ctx, start, true)
 	switch {
 	case err == nil:
 		return g, nil, nil
@@ -100,10 +100,18 @@ func (w *waiter) create(ctx context.Context) error {
 	data := encodeData(w.req.Owner, 1)
 	var last error
 	for range 8 {
-		res, err := call(b, ctx, func() ([]zk.MultiResponse, error) {
+		res, err := callLate(b, ctx, func() ([]zk.MultiResponse, error) {
 			return b.conn.Multi(
 				&zk.CreateRequest{Path: prefix, Data: data, Acl: b.cfg.acl, Flags: zk.FlagEphemeralSequential},
 				&zk.SetDataRequest{Path: w.parent, Data: nil, Version: -1})
+		}, func(res []zk.MultiResponse, err error) {
+			// The caller gave up while the create was in flight.
+			sid, _ := b.session()
+			if err == nil && len(res) > 0 {
+				b.addOrphan(orphan{parent: w.parent, path: res[0].String, session: sid})
+			} else if !answered(err) {
+				b.addOrphan(orphan{parent: w.parent, guid: guid, session: sid})
+			}
 		})
 		switch {
 		case err == nil && len(res) == 2 && res[1].Stat != nil:
@@ -129,6 +137,9 @@ func (w *waiter) create(ctx context.Context) error {
 		last = err
 		sid, _ := b.session()
 		if ctx.Err() != nil {
+			if errors.Is(err, ctx.Err()) {
+				return err // the late answer is handled above
+			}
 			b.addOrphan(orphan{parent: w.parent, guid: guid, session: sid})
 			return ctx.Err()
 		}
@@ -243,8 +254,10 @@ func queue(kids []string) []child {
 // decide reads the queue and grants the waiter's node when it is first,
 // re-enters when the holder has the same owner, and otherwise returns a
 // *dlock.HeldError, having set a watch on the immediate predecessor if the
-// request waits.
-func (w *waiter) decide(ctx context.Context, start time.Time) (dlock.Grant, error) {
+// request waits. first says whether this is the request's first look,
+// which always reads the holder's node (for the owner: reentrancy and the
+// HeldError); later looks read it only when it is the predecessor.
+func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock.Grant, error) {
 	b := w.b
 	for range 16 {
 		if w.path == "" {
@@ -270,12 +283,42 @@ func (w *waiter) decide(ctx context.Context, start time.Time) (dlock.Grant, erro
 		holder := w.parent + "/" + q[0].name
 		pred := w.parent + "/" + q[idx-1].name
 		watchHolder := w.req.Wait && pred == holder
-		r, err := b.get(ctx, holder, watchHolder)
-		if errors.Is(err, zk.ErrNoNode) {
-			continue
+		if !first && !watchHolder {
+			// A later look, woken for a reason other than the holder's
+			// release: wait for the predecessor again without reading
+			// the holder (the holder changes quickly under contention,
+			// and the first look told who held the lock).
+			w.ready, w.watch = false, nil
+			p, err := b.get(ctx, pred, true)
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				w.ready = true
+			case err != nil:
+				return dlock.Grant{}, b.unavailable("watch "+pred, err)
+			default:
+				w.watch = p.watch
+			}
+			return dlock.Grant{}, fmt.Errorf("%w: %d request(s) ahead in the queue", dlock.ErrNotAcquired, idx)
 		}
-		if err != nil {
-			return dlock.Grant{}, b.unavailable("read "+holder, err)
+		// The holder is the first of those ahead that still exists:
+		// under contention it may have gone since the listing, and then
+		// the next one is looked at without listing again.
+		var r getResult
+		found := false
+		for j := 0; j < idx && !found; j++ {
+			holder = w.parent + "/" + q[j].name
+			r, err = b.get(ctx, holder, w.req.Wait && j == idx-1)
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+			case err != nil:
+				return dlock.Grant{}, b.unavailable("read "+holder, err)
+			default:
+				found = true
+				watchHolder = w.req.Wait && j == idx-1
+			}
+		}
+		if !found {
+			continue // all ahead left: list again
 		}
 		d := decodeData(r.data)
 		if d.Owner == w.req.Owner {
@@ -287,7 +330,7 @@ func (w *waiter) decide(ctx context.Context, start time.Time) (dlock.Grant, erro
 		}
 		owner := d.Owner
 		if owner == "" {
-			owner = "(node " + q[0].name + ")"
+			owner = "(node " + holder[strings.LastIndexByte(holder, '/')+1:] + ")"
 		}
 		held := &dlock.HeldError{Holder: dlock.Holder{Owner: owner, Token: uint64(r.stat.Czxid)}}
 		if !w.req.Wait {
@@ -393,7 +436,7 @@ func (w *waiter) Wait(ctx context.Context) error {
 // session; if the session ends, the waiter queues again).
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	start := time.Now()
-	g, err := w.decide(ctx, start)
+	g, err := w.decide(ctx, start, false)
 	if err != nil && errors.Is(err, dlock.ErrBackendUnavailable) && ctx.Err() == nil {
 		w.offline = true
 		return dlock.Grant{}, fmt.Errorf("%w: waiting for ZooKeeper: %w", dlock.ErrNotAcquired, err)
