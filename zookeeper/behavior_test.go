@@ -53,7 +53,9 @@ type lockResult struct {
 // uncontended acquisition is one multi (create + setData) and one children
 // read, a release one delete.
 func TestRequestCounts(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	// The production default: empty containers are reaped after a minute,
+	// not between two rounds of this test.
+	srv := testserver.ZooKeeper(t, testserver.WithJVMProperty("znode.container.checkIntervalMs", "60000"))
 	b := connect(t, []string{srv.Addr()})
 	c := client(t, b)
 	m := c.Mutex("counts")
@@ -64,13 +66,7 @@ func TestRequestCounts(t *testing.T) {
 	if err := l.Unlock(ctxT(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	// Keep the container from being reaped while we measure.
-	other, err := c.Mutex("counts-other").Lock(ctxT(t, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Unlock(context.Background())
-	for i := range 3 {
+	for range 3 {
 		before := b.Stats()
 		l, err := m.Lock(ctxT(t, time.Minute))
 		if errors.Is(err, dlock.ErrBackendUnavailable) {
@@ -85,9 +81,6 @@ func TestRequestCounts(t *testing.T) {
 		}
 		released := b.Stats()
 		acq, rel := diff(before, acquired), diff(acquired, released)
-		if i == 0 && acq["createContainer"] == 1 {
-			continue // the container was reaped after the first release
-		}
 		if want := map[string]int64{"multi": 1, "getChildren2": 1}; !sameCounts(acq, want) {
 			t.Errorf("uncontended acquire sent %v, want %v", acq, want)
 		}
@@ -222,7 +215,7 @@ func TestHolderSessionKilled(t *testing.T) {
 	defer r.l.Unlock(context.Background())
 	took := r.at.Sub(cut)
 	t.Logf("waiter granted %v after the cut (session timeout %v)", took, session)
-	if took < session/2 {
+	if took < session/3 {
 		t.Errorf("waiter granted %v after the cut, before the session could expire", took)
 	}
 	if bound := session + 2*time.Second; took > bound {
@@ -595,4 +588,94 @@ func TestOpenURL(t *testing.T) {
 		t.Errorf("lock container /via/url/x: %v, %v", ok, err)
 	}
 	l.Unlock(context.Background())
+}
+
+// TestSessionClock checks the backend's own clock: once the session
+// timeout has passed since the last answered request while the connection
+// is cut, a renewal says the lease is lost at once, without a server to
+// tell it that the session expired.
+func TestSessionClock(t *testing.T) {
+	const session = 2 * time.Second
+	srv := testserver.ZooKeeper(t)
+	px := newProxy(t, srv.Addr())
+	b := connect(t, []string{px.Addr()}, zookeeper.SessionTimeout(session))
+	req := dlock.Request{Name: "clock", Owner: "me", TTL: session}
+	g, _, err := b.Acquire(ctxT(t, time.Minute), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}
+	if err := b.Renew(ctxT(t, time.Minute), h, session); err != nil {
+		t.Fatalf("Renew while connected: %v", err)
+	}
+	cut := time.Now()
+	px.Block()
+	// Within the session timeout the renewal fails for want of a
+	// connection, which does not mean loss.
+	ctx, cancel := context.WithTimeout(context.Background(), session/4)
+	err = b.Renew(ctx, h, session)
+	cancel()
+	if err == nil || errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Renew %v after the cut: %v, want a failure that is not ErrLeaseLost", time.Since(cut), err)
+	}
+	time.Sleep(time.Until(cut.Add(session + 100*time.Millisecond)))
+	start := time.Now()
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	err = b.Renew(ctx, h, session)
+	cancel()
+	if !errors.Is(err, dlock.ErrLeaseLost) || !strings.Contains(err.Error(), "session timeout") {
+		t.Fatalf("Renew %v after the cut: %v, want ErrLeaseLost for the session timeout", time.Since(cut), err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Renew took %v to say the lease is lost", d)
+	}
+	if err := b.Release(ctxT(t, time.Minute), h); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Release of the lost hold: %v, want ErrLeaseLost", err)
+	}
+	px.Unblock()
+}
+
+// TestNewOnCallerConn runs a backend on a connection the caller made.
+func TestNewOnCallerConn(t *testing.T) {
+	srv := testserver.ZooKeeper(t)
+	conn, events, err := zk.Connect([]string{srv.Addr()}, 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		conn.Close()
+		for range events {
+		}
+	}()
+	b, err := zookeeper.New(conn, zookeeper.SessionTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.New(b, dlock.TTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := client(t, connect(t, []string{srv.Addr()}), dlock.TTL(10*time.Second))
+	l, err := c.Mutex("caller").Lock(ctxT(t, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Mutex("caller").TryLock(ctxT(t, time.Minute)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock while held: %v", err)
+	}
+	if err := l.Extend(ctxT(t, time.Minute), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The Client released the lock; the connection is still the caller's.
+	if _, _, err := conn.Children("/dlock"); err != nil {
+		t.Fatalf("the caller's connection after Close: %v", err)
+	}
+	l2, err := other.Mutex("caller").TryLock(ctxT(t, time.Minute))
+	if err != nil {
+		t.Fatalf("TryLock after the Client's Close: %v", err)
+	}
+	l2.Unlock(context.Background())
 }
