@@ -55,7 +55,7 @@ type lockResult struct {
 func TestRequestCounts(t *testing.T) {
 	// The production default: empty containers are reaped after a minute,
 	// not between two rounds of this test.
-	srv := testserver.ZooKeeper(t, testserver.WithJVMProperty("znode.container.checkIntervalMs", "60000"))
+	srv := zkServer(t, testserver.WithJVMProperty("znode.container.checkIntervalMs", "60000"))
 	b := connect(t, []string{srv.Addr()})
 	c := client(t, b)
 	m := c.Mutex("counts")
@@ -121,7 +121,7 @@ func sameCounts(a, b map[string]int64) bool {
 // on in arrival order.
 func TestHerd(t *testing.T) {
 	const waiters = 20
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	servers := []string{srv.Addr()}
 	hb := connect(t, servers)
 	name := "herd"
@@ -187,7 +187,7 @@ func TestHerd(t *testing.T) {
 // the session timeout plus a small bound.
 func TestHolderSessionKilled(t *testing.T) {
 	const session = 2 * time.Second
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	px := newProxy(t, srv.Addr())
 	hb := connect(t, []string{px.Addr()}, zookeeper.SessionTimeout(session))
 	if got := hb.SessionTimeout(); got != session {
@@ -239,7 +239,7 @@ func TestHolderSessionKilled(t *testing.T) {
 // deleted so the waiter gets the lock long before the session timeout.
 func TestLossOnDisconnect(t *testing.T) {
 	const session = 20 * time.Second
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	px := newProxy(t, srv.Addr())
 	hb := connect(t, []string{px.Addr()}, zookeeper.SessionTimeout(session), zookeeper.Loss(zookeeper.LossOnDisconnect))
 	wb := connect(t, []string{srv.Addr()})
@@ -284,7 +284,7 @@ func TestLossOnDisconnect(t *testing.T) {
 // stays held by the same node.
 func TestReconnectKeepsLock(t *testing.T) {
 	const session = 6 * time.Second
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	px := newProxy(t, srv.Addr())
 	hb := connect(t, []string{px.Addr()}, zookeeper.SessionTimeout(session))
 	ob := connect(t, []string{srv.Addr()})
@@ -414,7 +414,7 @@ func TestEnsembleFailover(t *testing.T) {
 // container, then takes it again: the token (the czxid) still increases,
 // although the sequence numbers start again.
 func TestContainerReaped(t *testing.T) {
-	srv := testserver.ZooKeeper(t, testserver.WithJVMProperty("znode.container.checkIntervalMs", "200"))
+	srv := zkServer(t, testserver.WithJVMProperty("znode.container.checkIntervalMs", "200"))
 	b := connect(t, []string{srv.Addr()}, zookeeper.Root("/reap"))
 	c := client(t, b)
 	name := "reaped/lock"
@@ -457,7 +457,7 @@ func TestContainerReaped(t *testing.T) {
 // request is sent, before its answer: the backend must find its node
 // again after reconnecting, leaving neither an orphan nor a second node.
 func TestCreateConnectionLoss(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	px := newProxy(t, srv.Addr())
 	b := connect(t, []string{px.Addr()}, zookeeper.SessionTimeout(10*time.Second))
 	c := client(t, b, dlock.TTL(10*time.Second))
@@ -502,7 +502,7 @@ func TestCreateConnectionLoss(t *testing.T) {
 // TestTokenIsCzxid checks that tokens are the czxid of the holder's node,
 // and that a TTL over the session timeout is refused.
 func TestTokenIsCzxid(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	b := connect(t, []string{srv.Addr()}, zookeeper.SessionTimeout(5*time.Second))
 	c := client(t, b)
 	l, err := c.Mutex("czxid", dlock.TTL(5*time.Second)).Lock(ctxT(t, time.Minute))
@@ -532,7 +532,7 @@ func TestTokenIsCzxid(t *testing.T) {
 // TestInspectWaiters checks that Inspect shows the holder, its reentry
 // count and the waiters behind it.
 func TestInspectWaiters(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	servers := []string{srv.Addr()}
 	b := connect(t, servers)
 	c := client(t, b)
@@ -570,7 +570,7 @@ func TestInspectWaiters(t *testing.T) {
 }
 
 func TestOpenURL(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	c, err := dlock.Open(ctxT(t, time.Minute), "zk://"+srv.Addr()+"/via/url?session_timeout=5s&loss=disconnect")
 	if err != nil {
 		t.Fatal(err)
@@ -596,7 +596,7 @@ func TestOpenURL(t *testing.T) {
 // tell it that the session expired.
 func TestSessionClock(t *testing.T) {
 	const session = 2 * time.Second
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	px := newProxy(t, srv.Addr())
 	b := connect(t, []string{px.Addr()}, zookeeper.SessionTimeout(session))
 	req := dlock.Request{Name: "clock", Owner: "me", TTL: session}
@@ -637,7 +637,7 @@ func TestSessionClock(t *testing.T) {
 
 // TestNewOnCallerConn runs a backend on a connection the caller made.
 func TestNewOnCallerConn(t *testing.T) {
-	srv := testserver.ZooKeeper(t)
+	srv := zkServer(t)
 	conn, events, err := zk.Connect([]string{srv.Addr()}, 10*time.Second, zk.WithLogInfo(false))
 	if err != nil {
 		t.Fatal(err)

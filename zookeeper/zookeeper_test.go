@@ -55,3 +55,13 @@ func TestConformance(t *testing.T) {
 		return b
 	})
 }
+
+// zkServer starts a standalone ZooKeeper server for the test; it skips
+// under -short.
+func zkServer(t *testing.T, opts ...testserver.Option) *testserver.ZooKeeperServer {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a ZooKeeper server")
+	}
+	return testserver.ZooKeeper(t, opts...)
+}

@@ -1,0 +1,49 @@
+package zookeeper_test
+
+import (
+	"context"
+	"log"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/zookeeper"
+)
+
+// Open a Client by URL: the servers of the ensemble, the root of the locks,
+// and the session timeout, which bounds the TTL of every lease.
+func Example() {
+	ctx := context.Background()
+	c, err := dlock.Open(ctx, "zk://zk1:2181,zk2:2181,zk3:2181/myapp/locks?session_timeout=15s",
+		dlock.TTL(15*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	lease, err := c.Mutex("billing/nightly-close").Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(context.Background())
+	// Work under lease.Context(); give lease.Token() (the lock node's
+	// czxid) to the resource so that it can reject a stale holder.
+	_ = lease.Token()
+}
+
+// Build the backend in code, with Curator's "SUSPENDED is lost" policy.
+func ExampleConnect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := zookeeper.Connect(ctx, []string{"127.0.0.1:2181"},
+		zookeeper.Root("/locks"),
+		zookeeper.SessionTimeout(10*time.Second),
+		zookeeper.Loss(zookeeper.LossOnDisconnect))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := dlock.New(b, dlock.TTL(b.SessionTimeout()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+}
