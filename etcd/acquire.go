@@ -1,0 +1,335 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// handle is the backend's state of a hold (dlock.Grant.Handle): the key of
+// the acquisition and the lease it is attached to now. Reentrant holds of
+// one key in one process share nothing but the key; each has its own handle.
+type handle struct {
+	name string
+	key  string
+
+	mu    sync.Mutex
+	lease clientv3.LeaseID
+}
+
+func (h *handle) leaseID() clientv3.LeaseID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lease
+}
+
+func (h *handle) setLease(id clientv3.LeaseID) {
+	h.mu.Lock()
+	h.lease = id
+	h.mu.Unlock()
+}
+
+// retryBudget bounds how long Backend.Acquire retries requests that failed
+// because etcd could not answer for now (a leader election takes 1-2 s).
+const retryBudget = 10 * time.Second
+
+// backoff returns the pause before retry number n (from 0).
+func backoff(n int) time.Duration {
+	return min(25*time.Millisecond<<min(n, 6), time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func heldError(first *mvccpb.KeyValue) error {
+	if first == nil {
+		return &kindError{kind: dlock.ErrNotAcquired, msg: "etcd: held"}
+	}
+	return &dlock.HeldError{Holder: dlock.Holder{Owner: decode(first).Owner, Token: uint64(first.CreateRevision)}}
+}
+
+// Acquire grants a fresh lease of req.TTL (rounded up to whole seconds)
+// and, in one transaction, puts the acquisition's key if the lock's prefix
+// is empty, and otherwise reads the holder and — when req.Wait — enqueues
+// the key and reads its predecessor. When the holder's owner is req.Owner
+// it re-enters the hold instead. Requests that fail because etcd has no
+// leader or cannot be reached are retried for a few seconds.
+func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, nil, err
+	}
+	need := ttlSeconds(req.TTL)
+	lr, err := b.cli.Grant(ctx, need)
+	if err != nil {
+		return dlock.Grant{}, nil, wrap(ctx, "granting a lease", err)
+	}
+	lp := b.lockPrefix(req.Name)
+	h := &handle{name: req.Name, key: b.keyFor(req.Name, lr.ID), lease: lr.ID}
+	val := encode(req.Owner, 1)
+	keep := false // the lease is in use by a grant or a waiter
+	defer func() {
+		if !keep {
+			// Deletes the key too, if an attempt whose answer was lost put it.
+			b.revokeLater(lr.ID)
+		}
+	}()
+
+	first := clientv3.WithFirstCreate()
+	last := clientv3.WithLastCreate()
+	empty := clientv3.Compare(clientv3.CreateRevision(lp), "=", 0).WithPrefix()
+	put := clientv3.OpPut(h.key, val, clientv3.WithLease(lr.ID), clientv3.WithPrevKV())
+	var els []clientv3.Op
+	if req.Wait {
+		els = []clientv3.Op{clientv3.OpGet(lp, first...), clientv3.OpGet(lp, last...), put}
+	} else {
+		els = []clientv3.Op{clientv3.OpGet(lp, first...)}
+	}
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		tr, err := b.cli.Txn(ctx).If(empty).Then(put).Else(els...).Commit()
+		if err != nil {
+			if transient(err) && ctx.Err() == nil && time.Since(start) < retryBudget {
+				if sleepCtx(ctx, backoff(attempt)) == nil {
+					continue
+				}
+			}
+			return dlock.Grant{}, nil, wrap(ctx, "acquiring", err)
+		}
+		if tr.Succeeded {
+			keep = true
+			return dlock.Grant{Token: uint64(tr.Header.Revision), Count: 1, Handle: h}, nil, nil
+		}
+		holder := firstKV(tr, 0)
+		if holder != nil && string(holder.Key) == h.key {
+			// An earlier attempt put the key and its answer was lost.
+			keep = true
+			return dlock.Grant{Token: uint64(holder.CreateRevision), Count: max(decode(holder).Holds, 1), Handle: h}, nil, nil
+		}
+		if holder != nil && decode(holder).Owner == req.Owner {
+			g, err := b.reenter(ctx, req, holder, need)
+			if errors.Is(err, errHolderChanged) && attempt < 10 {
+				continue
+			}
+			// keep stays false: revoking the unused lease also takes the
+			// key that a waiting request enqueued out of the queue.
+			return g, nil, err
+		}
+		if !req.Wait {
+			return dlock.Grant{}, nil, heldError(holder)
+		}
+		w := &waiter{b: b, req: req, need: need, h: h, ttl: lr.TTL, lastKA: start}
+		w.rev = tr.Header.Revision
+		if pr := tr.Responses[2].GetResponsePut(); pr != nil && pr.PrevKv != nil {
+			w.rev = pr.PrevKv.CreateRevision // put by an earlier attempt
+		}
+		if pred := firstKV(tr, 1); pred != nil && pred.CreateRevision < w.rev {
+			w.pred, w.seen = string(pred.Key), tr.Header.Revision
+		}
+		keep = true
+		return dlock.Grant{}, w, heldError(holder)
+	}
+}
+
+var errHolderChanged = errors.New("etcd: the holder changed")
+
+// reenter adds a hold to the holder's key, whose owner is req.Owner, and
+// makes sure its lease lives for at least need seconds from now.
+func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.KeyValue, need int64) (dlock.Grant, error) {
+	key := string(kv.Key)
+	v := decode(kv)
+	tr, err := b.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(key, encode(req.Owner, v.Holds+1), clientv3.WithIgnoreLease())).
+		Commit()
+	if err != nil {
+		return dlock.Grant{}, wrap(ctx, "re-entering", err)
+	}
+	if !tr.Succeeded {
+		return dlock.Grant{}, errHolderChanged
+	}
+	h := &handle{name: req.Name, key: key, lease: clientv3.LeaseID(kv.Lease)}
+	r := &renewal{h: h, owner: req.Owner, token: kv.CreateRevision, need: need}
+	b.renewAll(ctx, []*renewal{r})
+	if r.err != nil {
+		// Take the hold back; the outer hold is not ours to end.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+		_ = b.release(rctx, h, req.Owner, kv.CreateRevision)
+		cancel()
+		if errors.Is(r.err, dlock.ErrLeaseLost) {
+			return dlock.Grant{}, errHolderChanged
+		}
+		return dlock.Grant{}, r.err
+	}
+	return dlock.Grant{Token: uint64(kv.CreateRevision), Count: v.Holds + 1, Handle: h}, nil
+}
+
+// waiter is an enqueued acquisition: its key is in the lock's queue, and it
+// keeps its own lease alive while it waits.
+type waiter struct {
+	b    *Backend
+	req  dlock.Request
+	need int64
+	h    *handle
+	rev  int64 // the key's create revision
+	ttl  int64 // the TTL etcd granted the lease, seconds
+
+	pred   string    // the predecessor's key; "" to look again at once
+	seen   int64     // a revision at which pred existed
+	retry  int       // attempts in a row that failed on etcd
+	lastKA time.Time // send time of the last successful keep-alive
+}
+
+// Wait returns when the predecessor's key is deleted (or the watch ends
+// for another reason), keeping the waiter's lease alive meanwhile.
+func (w *waiter) Wait(ctx context.Context) error {
+	if w.retry > 0 {
+		return sleepCtx(ctx, backoff(w.retry))
+	}
+	if w.pred == "" {
+		return ctx.Err()
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := w.b.cli.Watch(wctx, w.pred, clientv3.WithRev(w.seen+1), clientv3.WithFilterPut())
+	every := max(time.Duration(w.ttl)*time.Second/3, 100*time.Millisecond)
+	for {
+		t := time.NewTimer(time.Until(w.lastKA.Add(every)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case resp, ok := <-wch:
+			t.Stop()
+			if !ok || resp.Canceled || resp.Err() != nil {
+				return ctx.Err() // look again
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		case <-t.C:
+			sent := time.Now()
+			ttls, err := w.b.keepAlive(ctx, []clientv3.LeaseID{w.h.leaseID()})
+			switch {
+			case err == nil && ttls[w.h.leaseID()] <= 0:
+				return nil // Acquire says what happened
+			case err == nil:
+				w.lastKA = sent
+			case ctx.Err() != nil:
+				return ctx.Err()
+			default:
+				w.lastKA = time.Now().Add(-every + time.Second/4) // try again soon
+			}
+		}
+	}
+}
+
+// Acquire checks, in one transaction, that the waiter's key still exists
+// with its create revision and whether an older key is left, while a
+// keep-alive of its lease, sent after the attempt began, confirms that etcd
+// keeps the key for a full TTL from now.
+func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	b, h := w.b, w.h
+	lp := b.lockPrefix(w.req.Name)
+	sent := time.Now()
+	lease := h.leaseID()
+	type kaResult struct {
+		ttl int64
+		err error
+	}
+	kac := make(chan kaResult, 1)
+	go func() {
+		ttls, err := b.keepAlive(ctx, []clientv3.LeaseID{lease})
+		kac <- kaResult{ttls[lease], err}
+	}()
+	mine := clientv3.Compare(clientv3.CreateRevision(h.key), "=", w.rev)
+	tr, err := b.cli.Txn(ctx).If(mine).
+		Then(clientv3.OpGet(h.key),
+			clientv3.OpGet(lp, clientv3.WithFirstCreate()...),
+			clientv3.OpGet(lp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1))...)).
+		Commit()
+	ka := <-kac
+	if err != nil {
+		return dlock.Grant{}, w.failed(ctx, "checking the queue", err)
+	}
+	if !tr.Succeeded {
+		return dlock.Grant{}, w.gone(lease)
+	}
+	own, holder, pred := firstKV(tr, 0), firstKV(tr, 1), firstKV(tr, 2)
+	sameLease := clientv3.LeaseID(own.Lease) == lease
+	if sameLease && ka.err == nil && ka.ttl <= 0 {
+		return dlock.Grant{}, w.gone(lease)
+	}
+	if pred != nil {
+		w.pred, w.seen, w.retry = string(pred.Key), tr.Header.Revision, 0
+		if ka.err == nil {
+			w.lastKA = sent
+		}
+		return dlock.Grant{}, heldError(holder)
+	}
+	// The key is the lowest: the lock is ours once etcd keeps it a full TTL.
+	if !sameLease {
+		// A reentrant hold of the same owner, granted in the moment between
+		// the key becoming the lowest and this check, moved it to a longer
+		// lease.
+		r := &renewal{h: h, owner: w.req.Owner, token: w.rev, need: w.need}
+		b.renewAll(ctx, []*renewal{r})
+		if r.err != nil {
+			if errors.Is(r.err, dlock.ErrLeaseLost) {
+				return dlock.Grant{}, w.gone(lease)
+			}
+			return dlock.Grant{}, w.failed(ctx, "keeping the lease alive", r.err)
+		}
+	} else if ka.err != nil {
+		return dlock.Grant{}, w.failed(ctx, "keeping the lease alive", ka.err)
+	}
+	return dlock.Grant{Token: uint64(w.rev), Count: max(decode(own).Holds, 1), Handle: h}, nil
+}
+
+// failed turns an etcd error of an attempt into the waiter's answer: an
+// error matching dlock.ErrNotAcquired if etcd could not answer for now, so
+// that the Client waits (a moment) and tries again; the error otherwise.
+func (w *waiter) failed(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil || !transient(err) {
+		return wrap(ctx, what, err)
+	}
+	w.retry++
+	w.pred = ""
+	return &kindError{kind: dlock.ErrNotAcquired, msg: fmt.Sprintf("etcd: %s failed (will retry)", what), err: err}
+}
+
+// gone is the error of a waiter whose key was deleted while it waited.
+func (w *waiter) gone(lease clientv3.LeaseID) error {
+	return lostf("etcd: the waiting request's key %s is gone: its lease %x expired or was revoked while it waited "+
+		"(was the process paused or cut off from etcd for longer than the TTL of %ds?); the lock was NOT granted",
+		w.h.key, int64(lease), w.need)
+}
+
+// Cancel withdraws the waiter: it deletes its key (or, if a reentrant hold
+// of the same owner was added to it, takes one hold off) and revokes its
+// lease.
+func (w *waiter) Cancel(ctx context.Context) error {
+	lease := w.h.leaseID()
+	err := w.b.release(ctx, w.h, w.req.Owner, w.rev)
+	if errors.Is(err, dlock.ErrLeaseLost) {
+		w.b.revokeLater(lease)
+		return nil
+	}
+	return err
+}

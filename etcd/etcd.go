@@ -1,0 +1,264 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// DefaultPrefix is the key prefix when none is given.
+const DefaultPrefix = "dlock"
+
+// DefaultDialTimeout bounds the connection set-up of [Open] and the "etcd"
+// URL scheme when the URL gives no dial-timeout.
+const DefaultDialTimeout = 5 * time.Second
+
+func init() {
+	dlock.Register("etcd", func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
+		cfg, prefix, err := parseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return Open(ctx, cfg, Prefix(prefix))
+	})
+}
+
+// parseURL turns an etcd:// URL into a client configuration and a prefix.
+func parseURL(u *url.URL) (clientv3.Config, string, error) {
+	var cfg clientv3.Config
+	bad := func(format string, args ...any) (clientv3.Config, string, error) {
+		return cfg, "", &kindError{kind: dlock.ErrInvalidOption, msg: fmt.Sprintf("etcd URL %q: "+format, append([]any{u.Redacted()}, args...)...)}
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return bad("want etcd://host:port[,host:port...]/prefix")
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return bad("empty endpoint")
+		}
+		cfg.Endpoints = append(cfg.Endpoints, "http://"+h)
+	}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	cfg.DialTimeout = DefaultDialTimeout
+	for k, vs := range u.Query() {
+		switch k {
+		case "dial-timeout":
+			d, err := time.ParseDuration(vs[len(vs)-1])
+			if err != nil || d <= 0 {
+				return bad("dial-timeout %q is not a positive duration", vs[len(vs)-1])
+			}
+			cfg.DialTimeout = d
+		default:
+			return bad("unknown parameter %q (known: dial-timeout)", k)
+		}
+	}
+	prefix := strings.Trim(u.Path, "/")
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return cfg, prefix, nil
+}
+
+// An Option configures a Backend.
+type Option func(*Backend)
+
+// Prefix sets the key prefix under which the backend keeps its locks
+// (default [DefaultPrefix]): the lock NAME lives under PREFIX/NAME/, with "%"
+// and "/" in NAME escaped as %25 and %2F. Backends that share a prefix see
+// the same locks. Leading and trailing slashes are dropped; an empty prefix
+// means the default.
+func Prefix(p string) Option {
+	return func(b *Backend) {
+		if p = strings.Trim(p, "/"); p != "" {
+			b.prefix = p
+		}
+	}
+}
+
+// Backend is a [dlock.Backend] on an etcd cluster. It is safe for concurrent
+// use.
+type Backend struct {
+	cli    *clientv3.Client
+	own    bool // Close closes cli
+	prefix string
+	desc   string
+	leases pb.LeaseClient // for keep-alive streams of many leases
+
+	mu     sync.Mutex
+	closed bool
+	bg     sync.WaitGroup // lease revocations in the background
+	bgSem  chan struct{}
+}
+
+var (
+	_ dlock.Backend      = (*Backend)(nil)
+	_ dlock.BatchRenewer = (*Backend)(nil)
+	_ dlock.Inspector    = (*Backend)(nil)
+)
+
+// New returns a backend that uses the etcd client cli. The backend does not
+// own cli: Close leaves it open.
+func New(cli *clientv3.Client, opts ...Option) *Backend {
+	b := &Backend{
+		cli:    cli,
+		prefix: DefaultPrefix,
+		leases: clientv3.RetryLeaseClient(cli),
+		bgSem:  make(chan struct{}, 64),
+	}
+	for _, o := range opts {
+		o(b)
+	}
+	b.desc = "etcd " + strings.Join(trimScheme(cli.Endpoints()), ",") + "/" + b.prefix
+	return b
+}
+
+// Open connects to the cluster described by cfg and returns a backend that
+// owns the connection: Close closes it. Unless cfg says otherwise it uses
+// a silent logger, a dial timeout of [DefaultDialTimeout] (shortened to
+// ctx's deadline) and gRPC keep-alive pings every 10 s. ctx bounds the
+// connection set-up only.
+func Open(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, &kindError{kind: dlock.ErrInvalidOption, msg: "etcd: no endpoints"}
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < cfg.DialTimeout {
+		cfg.DialTimeout = max(time.Until(dl), time.Millisecond)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.DialKeepAliveTime == 0 {
+		cfg.DialKeepAliveTime = 10 * time.Second
+		cfg.DialKeepAliveTimeout = 5 * time.Second
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, &kindError{kind: dlock.ErrBackendUnavailable, msg: "etcd: connecting to " + strings.Join(cfg.Endpoints, ","), err: err}
+	}
+	b := New(cli, opts...)
+	b.own = true
+	return b, nil
+}
+
+func trimScheme(eps []string) []string {
+	out := make([]string, len(eps))
+	for i, e := range eps {
+		e = strings.TrimPrefix(e, "http://")
+		out[i] = strings.TrimPrefix(e, "https://")
+	}
+	return out
+}
+
+// Client returns the etcd client of the backend.
+func (b *Backend) Client() *clientv3.Client { return b.cli }
+
+// String describes the backend: "etcd ENDPOINTS/PREFIX".
+func (b *Backend) String() string { return b.desc }
+
+// Close waits for the lease revocations still in flight (at most a few
+// seconds) and, if the backend opened its own connection, closes it. It does
+// not release held locks: their keys expire with their leases.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.bg.Wait()
+	if b.own {
+		return b.cli.Close()
+	}
+	return nil
+}
+
+// revokeTimeout bounds a background lease revocation.
+const revokeTimeout = 3 * time.Second
+
+// revokeLater revokes lease id in the background: the lease of a released
+// hold, of a withdrawn waiter or of a failed attempt. Revoking deletes the
+// keys still attached to it; nothing depends on its success, since an
+// unrevoked lease expires with its TTL. When many revocations are in flight
+// it revokes in the caller's goroutine instead.
+func (b *Backend) revokeLater(id clientv3.LeaseID) {
+	if id == clientv3.NoLease {
+		return
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.bg.Add(1)
+	b.mu.Unlock()
+	revoke := func() {
+		defer b.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		defer cancel()
+		_, _ = b.cli.Revoke(ctx, id)
+	}
+	select {
+	case b.bgSem <- struct{}{}:
+		go func() {
+			defer func() { <-b.bgSem }()
+			revoke()
+		}()
+	default:
+		revoke()
+	}
+}
+
+// kindError is an error of this package: it matches its dlock sentinel with
+// errors.Is and unwraps to its cause, but prints only the message and the
+// cause (the Client prints the sentinel).
+type kindError struct {
+	kind error
+	msg  string
+	err  error
+}
+
+func (e *kindError) Error() string {
+	if e.err == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.err.Error()
+}
+
+func (e *kindError) Is(target error) bool { return target == e.kind }
+func (e *kindError) Unwrap() error        { return e.err }
+
+func lostf(format string, args ...any) error {
+	return &kindError{kind: dlock.ErrLeaseLost, msg: fmt.Sprintf(format, args...)}
+}
+
+// wrap classifies err from an etcd call made for what: unreachable or
+// leaderless clusters match dlock.ErrBackendUnavailable; the caller's
+// context ending is passed on as is.
+func wrap(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("etcd: %s: %w", what, err)
+	}
+	if transient(err) {
+		return &kindError{kind: dlock.ErrBackendUnavailable, msg: "etcd: " + what, err: err}
+	}
+	return fmt.Errorf("etcd: %s: %w", what, err)
+}

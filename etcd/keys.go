@@ -1,0 +1,153 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// escape makes a lock name into one key segment: "%" and "/" become %25 and
+// %2F, everything else is kept. The mapping is a prefix code, so escape(p)
+// is a prefix of escape(n) exactly when p is a prefix of n, and no lock's
+// key prefix is a prefix of another lock's.
+func escape(name string) string {
+	if !strings.ContainsAny(name, "%/") {
+		return name
+	}
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '/':
+			b.WriteString("%2F")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// unescape reverses escape.
+func unescape(seg string) string {
+	if !strings.Contains(seg, "%") {
+		return seg
+	}
+	var b strings.Builder
+	for i := 0; i < len(seg); i++ {
+		if seg[i] == '%' && i+2 < len(seg) {
+			switch seg[i+1 : i+3] {
+			case "25":
+				b.WriteByte('%')
+				i += 2
+				continue
+			case "2F":
+				b.WriteByte('/')
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(seg[i])
+	}
+	return b.String()
+}
+
+// lockPrefix returns the key prefix of the lock called name, ending in "/".
+func (b *Backend) lockPrefix(name string) string {
+	return b.prefix + "/" + escape(name) + "/"
+}
+
+// keyFor returns the key of an acquisition of name with lease id.
+func (b *Backend) keyFor(name string, id clientv3.LeaseID) string {
+	return b.lockPrefix(name) + strconv.FormatInt(int64(id), 16)
+}
+
+// nameOf returns the lock name of a key of this backend, or false.
+func (b *Backend) nameOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, b.prefix+"/")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i < 0 {
+		return "", false
+	}
+	return unescape(rest[:i]), true
+}
+
+// value is what an acquisition's key holds. Holds counts the grants of a
+// reentrant owner; a waiting key holds 1 already, since when it becomes the
+// lowest key its owner holds the lock.
+type value struct {
+	Owner string `json:"owner"`
+	Holds int    `json:"holds"`
+}
+
+func encode(owner string, holds int) string {
+	b, _ := json.Marshal(value{Owner: owner, Holds: holds})
+	return string(b)
+}
+
+func decode(kv *mvccpb.KeyValue) value {
+	var v value
+	if kv == nil || json.Unmarshal(kv.Value, &v) != nil {
+		return value{Holds: -1}
+	}
+	return v
+}
+
+// ttlSeconds is the etcd lease TTL for a requested TTL: rounded up to
+// whole seconds, at least 1 (etcd raises it to its own minimum).
+func ttlSeconds(ttl time.Duration) int64 {
+	s := int64((ttl + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// transient reports whether err means that etcd could not be reached or
+// could not answer for now (no leader, leader changed, timeouts, a
+// connection that went away), so that the same request may succeed later.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable || ee.Code() == codes.DeadlineExceeded || ee.Code() == codes.ResourceExhausted
+	}
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+			return true
+		}
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, clientv3.ErrNoAvailableEndpoints)
+}
+
+// leaseNotFound reports whether err says that etcd does not know a lease.
+func leaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) ||
+		strings.Contains(fmt.Sprint(err), "requested lease not found")
+}
+
+// firstKV returns the first key of a range response in a transaction, or
+// nil.
+func firstKV(r *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
+	if r == nil || i >= len(r.Responses) {
+		return nil
+	}
+	rr := r.Responses[i].GetResponseRange()
+	if rr == nil || len(rr.Kvs) == 0 {
+		return nil
+	}
+	return rr.Kvs[0]
+}

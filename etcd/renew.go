@@ -1,0 +1,369 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// keepAlive renews the leases ids once, all on one keep-alive stream, and
+// returns the TTL etcd granted each (its full TTL, counted from when etcd
+// renewed it; 0 for a lease that etcd does not know, which has expired or
+// was revoked). etcd renews a lease only while it has not expired: a renewal
+// of an expired lease waits for its revocation and answers 0.
+func (b *Backend) keepAlive(ctx context.Context, ids []clientv3.LeaseID) (map[clientv3.LeaseID]int64, error) {
+	out := make(map[clientv3.LeaseID]int64, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := b.leases.LeaseKeepAlive(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return out, clientv3.ContextError(ctx, err)
+	}
+	want := make(map[clientv3.LeaseID]bool, len(ids))
+	var uniq []clientv3.LeaseID
+	for _, id := range ids {
+		if !want[id] {
+			want[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	sendErr := make(chan error, 1)
+	go func() {
+		for _, id := range uniq {
+			if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
+				sendErr <- err
+				return
+			}
+		}
+		sendErr <- stream.CloseSend()
+	}()
+	defer func() {
+		cancel()
+		<-sendErr
+	}()
+	for len(out) < len(uniq) {
+		resp, err := stream.Recv()
+		if err != nil {
+			return out, clientv3.ContextError(ctx, err)
+		}
+		if id := clientv3.LeaseID(resp.ID); want[id] {
+			out[id] = resp.TTL
+		}
+	}
+	return out, nil
+}
+
+// renewal is one hold to renew: its handle, owner and token, and the TTL
+// in whole seconds it needs from now. err is the outcome.
+type renewal struct {
+	h     *handle
+	owner string
+	token int64
+	need  int64
+	err   error
+
+	kv    *mvccpb.KeyValue // the key as read
+	adopt bool             // the key is on another lease than the handle's
+	move  bool             // the key's lease is shorter than needed
+}
+
+// Renew keeps the lease of h alive and checks that h's key is still there
+// and h's: one keep-alive and one read, sent together. A lease that etcd
+// no longer knows, or a key that is gone or not h's, is an error matching
+// dlock.ErrLeaseLost. A ttl longer than the lease's moves the key onto a new
+// lease of that TTL (rounded up to whole seconds).
+func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	return b.RenewBatch(ctx, []dlock.Renewal{{Hold: h, TTL: ttl}})[0]
+}
+
+// RenewBatch renews many holds with one keep-alive stream for all their
+// leases and one read transaction per 100 keys, checking each hold as Renew
+// does.
+func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	errs := make([]error, len(rs))
+	items := make([]*renewal, 0, len(rs))
+	idx := make([]int, 0, len(rs))
+	for i, r := range rs {
+		hd, err := b.resolve(ctx, r.Hold)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		items = append(items, &renewal{h: hd, owner: r.Hold.Owner, token: int64(r.Hold.Token), need: ttlSeconds(r.TTL)})
+		idx = append(idx, i)
+	}
+	b.renewAll(ctx, items)
+	for j, it := range items {
+		errs[idx[j]] = it.err
+	}
+	return errs
+}
+
+// resolve returns the handle of h: its own, or, for a hold made elsewhere
+// (by name, owner and token only), one found by the token, which is the
+// key's create revision.
+func (b *Backend) resolve(ctx context.Context, h dlock.Hold) (*handle, error) {
+	if hd, ok := h.Handle.(*handle); ok && hd != nil && hd.name == h.Name {
+		return hd, nil
+	}
+	if h.Token == 0 || h.Token > 1<<62 {
+		return nil, lostf("etcd: no acquisition has token %d", h.Token)
+	}
+	rev := int64(h.Token)
+	resp, err := b.cli.Get(ctx, b.lockPrefix(h.Name), clientv3.WithPrefix(),
+		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
+	if err != nil {
+		return nil, wrap(ctx, "looking up the hold", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, lostf("etcd: the key of token %d is gone: its lease expired or was revoked, or it was released", h.Token)
+	}
+	kv := resp.Kvs[0]
+	return &handle{name: h.Name, key: string(kv.Key), lease: clientv3.LeaseID(kv.Lease)}, nil
+}
+
+// renewAll renews the items, setting each one's err.
+func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
+	if len(items) == 0 {
+		return
+	}
+	ids := make([]clientv3.LeaseID, len(items))
+	keys := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.h.leaseID()
+		keys[i] = it.h.key
+	}
+	var (
+		ttls  map[clientv3.LeaseID]int64
+		kaErr error
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ttls, kaErr = b.keepAlive(ctx, ids)
+	}()
+	kvs, err := b.read(ctx, keys)
+	wg.Wait()
+	if err != nil {
+		err = wrap(ctx, "reading the keys of held locks", err)
+		for _, it := range items {
+			it.err = err
+		}
+		return
+	}
+	var adopt []*renewal
+	for i, it := range items {
+		it.kv = kvs[keys[i]]
+		if it.check() {
+			continue
+		}
+		if clientv3.LeaseID(it.kv.Lease) != ids[i] {
+			it.adopt = true
+			adopt = append(adopt, it)
+			continue
+		}
+		it.judge(ctx, ttls, kaErr)
+	}
+	if len(adopt) > 0 {
+		// Another hold of the same key (a reentrant owner elsewhere) moved
+		// it to a longer lease: keep that one alive from now on.
+		ids = ids[:0]
+		for _, it := range adopt {
+			it.h.setLease(clientv3.LeaseID(it.kv.Lease))
+			ids = append(ids, clientv3.LeaseID(it.kv.Lease))
+		}
+		ttls, kaErr = b.keepAlive(ctx, ids)
+		for _, it := range adopt {
+			it.judge(ctx, ttls, kaErr)
+		}
+	}
+	for _, it := range items {
+		if it.move && it.err == nil {
+			it.err = b.moveLease(ctx, it)
+		}
+	}
+}
+
+// check sets it.err if the key read is not the hold's, and reports whether
+// it did.
+func (it *renewal) check() bool {
+	kv := it.kv
+	switch v := decode(kv); {
+	case kv == nil || kv.CreateRevision != it.token:
+		it.err = lostf("etcd: the key of token %d is gone: its lease expired or was revoked, or it was deleted", it.token)
+	case v.Owner != it.owner:
+		it.err = lostf("etcd: key %s is held by %q, not %q", kv.Key, v.Owner, it.owner)
+	case kv.Lease == 0:
+		it.err = lostf("etcd: key %s is no longer bound to a lease", kv.Key)
+	default:
+		return false
+	}
+	return true
+}
+
+// judge sets the outcome of the keep-alive of the key's lease.
+func (it *renewal) judge(ctx context.Context, ttls map[clientv3.LeaseID]int64, kaErr error) {
+	id := clientv3.LeaseID(it.kv.Lease)
+	ttl, ok := ttls[id]
+	switch {
+	case ok && ttl <= 0:
+		it.err = lostf("etcd: lease %x of key %s expired or was revoked", int64(id), it.kv.Key)
+	case !ok && kaErr != nil:
+		it.err = wrap(ctx, "keeping a lease alive", kaErr)
+	case !ok:
+		it.err = wrap(ctx, "keeping a lease alive", fmt.Errorf("no answer for lease %x", int64(id)))
+	case ttl < it.need:
+		it.move = true
+	}
+}
+
+// maxTxnOps is how many operations go into one transaction (etcd's
+// --max-txn-ops defaults to 128).
+const maxTxnOps = 100
+
+// read reads keys with linearizable reads, one transaction per 100 keys,
+// and returns those that exist.
+func (b *Backend) read(ctx context.Context, keys []string) (map[string]*mvccpb.KeyValue, error) {
+	out := make(map[string]*mvccpb.KeyValue, len(keys))
+	if len(keys) == 1 {
+		resp, err := b.cli.Get(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.Kvs) > 0 {
+			out[keys[0]] = resp.Kvs[0]
+		}
+		return out, nil
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), maxTxnOps)
+		ops := make([]clientv3.Op, n)
+		for i := range n {
+			ops[i] = clientv3.OpGet(keys[i])
+		}
+		tr, err := b.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, err
+		}
+		for i := range n {
+			if kv := firstKV(tr, i); kv != nil {
+				out[string(kv.Key)] = kv
+			}
+		}
+		keys = keys[n:]
+	}
+	return out, nil
+}
+
+// moveLease moves the key of it onto a new lease of it.need seconds: etcd
+// cannot change a lease's TTL. The key keeps its create revision (and so
+// its place and token); the compare on its lease makes the move atomic. A
+// keep-alive of the new lease after the move makes its expiry later than
+// any renewal of the old lease that a reentrant hold of the same key
+// elsewhere may have made meanwhile. The old lease is left to expire: such
+// a hold may still be keeping it alive, and learns of the move at its next
+// renewal.
+func (b *Backend) moveLease(ctx context.Context, it *renewal) error {
+	lr, err := b.cli.Grant(ctx, it.need)
+	if err != nil {
+		return wrap(ctx, "granting a longer lease", err)
+	}
+	cur := clientv3.LeaseID(it.kv.Lease)
+	for range 5 {
+		tr, err := b.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(it.h.key), "=", it.token),
+				clientv3.Compare(clientv3.LeaseValue(it.h.key), "=", cur)).
+			Then(clientv3.OpPut(it.h.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lr.ID))).
+			Else(clientv3.OpGet(it.h.key)).
+			Commit()
+		if err != nil {
+			b.revokeLater(lr.ID)
+			return wrap(ctx, "moving a key to a longer lease", err)
+		}
+		if tr.Succeeded {
+			it.h.setLease(lr.ID)
+			ttls, err := b.keepAlive(ctx, []clientv3.LeaseID{lr.ID})
+			if err != nil {
+				return wrap(ctx, "keeping a lease alive", err)
+			}
+			if ttls[lr.ID] <= 0 {
+				return lostf("etcd: lease %x of key %s expired or was revoked", int64(lr.ID), it.h.key)
+			}
+			return nil
+		}
+		it.kv = firstKV(tr, 0)
+		if it.check() {
+			b.revokeLater(lr.ID)
+			return it.err
+		}
+		cur = clientv3.LeaseID(it.kv.Lease)
+	}
+	b.revokeLater(lr.ID)
+	return errors.New("etcd: the key's lease kept changing; retrying")
+}
+
+// Release takes one hold off h's key: it deletes the key when this was the
+// last hold (and then revokes its lease in the background) and otherwise
+// decrements the hold count, in a transaction that compares the key's create
+// revision (the token) and, for the count, its mod revision. A key that is
+// gone or not h's is an error matching dlock.ErrLeaseLost and nothing is
+// changed.
+func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	hd, err := b.resolve(ctx, h)
+	if err != nil {
+		return err
+	}
+	return b.release(ctx, hd, h.Owner, int64(h.Token))
+}
+
+func (b *Backend) release(ctx context.Context, h *handle, owner string, token int64) error {
+	key := h.key
+	same := clientv3.Compare(clientv3.CreateRevision(key), "=", token)
+	// The common case, a single hold, in one request.
+	tr, err := b.cli.Txn(ctx).
+		If(same, clientv3.Compare(clientv3.Value(key), "=", encode(owner, 1))).
+		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	for attempt := 0; ; attempt++ {
+		if err != nil {
+			return wrap(ctx, "releasing", err)
+		}
+		if tr.Succeeded {
+			if dr := tr.Responses[0].GetResponseDeleteRange(); dr != nil {
+				for _, kv := range dr.PrevKvs {
+					b.revokeLater(clientv3.LeaseID(kv.Lease))
+				}
+			}
+			return nil
+		}
+		it := &renewal{h: h, owner: owner, token: token, kv: firstKV(tr, 0)}
+		if it.check() {
+			return it.err
+		}
+		if attempt == 10 {
+			return errors.New("etcd: releasing: the key kept changing")
+		}
+		op := clientv3.OpDelete(key, clientv3.WithPrevKV())
+		if n := decode(it.kv).Holds; n > 1 {
+			op = clientv3.OpPut(key, encode(owner, n-1), clientv3.WithIgnoreLease())
+		}
+		tr, err = b.cli.Txn(ctx).
+			If(same, clientv3.Compare(clientv3.ModRevision(key), "=", it.kv.ModRevision)).
+			Then(op).
+			Else(clientv3.OpGet(key)).
+			Commit()
+	}
+}
