@@ -168,8 +168,14 @@ func (w *waiter) setNode(path string, czxid, session int64) {
 }
 
 // find looks for the node with the random id guid after a connection loss.
+// A sync first brings the server up to date with the leader: a create sent
+// on the lost connection was either ordered before it (and is seen), or
+// reached the leader after the session moved and was refused.
 func (w *waiter) find(ctx context.Context, guid string) (bool, error) {
 	b := w.b
+	if _, err := call(b, ctx, func() (string, error) { return b.conn.Sync(w.parent) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return false, err
+	}
 	kids, err := b.children(ctx, w.parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		return false, nil

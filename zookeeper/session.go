@@ -190,6 +190,9 @@ func (b *Backend) lastAliveLocked() time.Time {
 
 // session returns the current session id and whether it is connected.
 func (b *Backend) session() (int64, bool) {
+	if b.wire == nil {
+		b.poll() // the caller's connection: look now, not at the next poll
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.sid, b.connected
