@@ -37,14 +37,17 @@ func (c *child) kill()                      { c.cmd.Process.Kill() }
 func (c *child) groupAlive() bool           { return false }
 
 func (c *child) exitCode() int {
-	if code := c.cmd.ProcessState.ExitCode(); code >= 0 {
-		return code
+	if c.cmd.ProcessState != nil && c.cmd.ProcessState.ExitCode() >= 0 {
+		return c.cmd.ProcessState.ExitCode()
 	}
 	return exitFailure
 }
 
 func (c *child) describe() string {
-	return fmt.Sprintf("ended: %v", c.cmd.ProcessState)
+	if c.cmd.ProcessState == nil {
+		return fmt.Sprintf("could not be waited for: %v", c.err)
+	}
+	return c.cmd.ProcessState.String()
 }
 
 func signalNumber(sig os.Signal) int {

@@ -119,9 +119,8 @@ func (c *child) stopped(sig syscall.Signal) {
 	}
 	c.takeTerminal()
 	// Stop as the terminal would have stopped dlock's group had the command
-	// been in it. Returns when continued (or at once if SIGTSTP is
-	// ignored).
-	syscall.Kill(0, syscall.SIGTSTP)
+	// been in it; returns when continued.
+	stopGroup()
 	if fg, err := tcgetpgrp(c.tty); err == nil && fg == c.pgrp {
 		if tcsetpgrp(c.tty, c.pid) == nil {
 			c.fgGiven = true

@@ -23,6 +23,10 @@ const (
 	openTimeout = 30 * time.Second
 	// unlockTimeout bounds the release after the command has exited.
 	unlockTimeout = 10 * time.Second
+	// lostUnlockTimeout bounds the release of a lease that was lost, a
+	// courtesy that frees the lock early if nobody has taken it yet; the
+	// backend that failed to renew it may well not answer now either.
+	lostUnlockTimeout = 2 * time.Second
 )
 
 func init() {
@@ -180,7 +184,11 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 		return code
 	}
 	code = runHolding(e, f, lease, cmd, url, sigs)
-	uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+	timeout := unlockTimeout
+	if code == exitLost {
+		timeout = lostUnlockTimeout
+	}
+	uctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := lease.Unlock(uctx); err != nil && code != exitLost {
 		if errors.Is(err, dlock.ErrLeaseLost) {
@@ -198,7 +206,7 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []dlock.Option, sigs <-chan os.Signal) (*dlock.Lease, int) {
 	holders := make(chan dlock.Holder, 1) // the last holder seen while waiting
 	onWait := func(h dlock.Holder) {
-		e.errorf("waiting for lock %q on %s: %v", f.name, c, &dlock.HeldError{Holder: h})
+		e.errorf("waiting for lock %q on %s: %s", f.name, c, describeHolder(h))
 		select {
 		case <-holders:
 		default:
@@ -260,6 +268,20 @@ func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []
 	}
 	e.errorf("%v", err)
 	return nil, errorCode(err)
+}
+
+// describeHolder says who holds a lock for the waiting message.
+func describeHolder(h dlock.Holder) string {
+	s := fmt.Sprintf("held by %q", h.Owner)
+	switch {
+	case h.Token != 0 && h.TTL > 0:
+		s += fmt.Sprintf(" (token %d, expires in %v unless renewed)", h.Token, h.TTL.Round(100*time.Millisecond))
+	case h.Token != 0:
+		s += fmt.Sprintf(" (token %d)", h.Token)
+	case h.TTL > 0:
+		s += fmt.Sprintf(" (expires in %v unless renewed)", h.TTL.Round(100*time.Millisecond))
+	}
+	return s
 }
 
 // runHolding runs cmd while lease is held and returns dlock's exit code.

@@ -1,0 +1,174 @@
+//go:build linux || darwin || dragonfly || freebsd || netbsd || openbsd
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBadInput(t *testing.T) {
+	notExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  []string // all must be in stderr
+	}{
+		{"unknown scheme", []string{"run", "--url", "nosuch://x", "--name", "x", "--", "true"}, 2,
+			[]string{`unknown URL scheme "nosuch"`, "mem"}},
+		{"malformed URL", []string{"run", "--url", "mem://%zz", "--name", "x", "--", "true"}, 2,
+			[]string{"malformed URL", "%zz"}},
+		{"URL without scheme", []string{"run", "--url", "/tmp/locks.db", "--name", "x", "--", "true"}, 2,
+			[]string{"has no scheme"}},
+		{"bad mem URL", []string{"run", "--url", "mem:///path", "--name", "x", "--", "true"}, 2,
+			[]string{"mem://"}},
+		{"empty name", []string{"run", "--url", "mem://", "--name", "", "--", "true"}, 2,
+			[]string{`lock ""`, "on mem", "invalid lock name", "empty"}},
+		{"long name", []string{"run", "--url", "mem://", "--name", strings.Repeat("n", 256), "--", "true"}, 2,
+			[]string{"invalid lock name", "longer than 255"}},
+		{"missing name", []string{"run", "--url", "mem://", "--", "true"}, 2,
+			[]string{"--name is required", "dlock help run"}},
+		{"TTL too short", []string{"run", "--url", "mem://", "--name", "x", "--ttl", "10ms", "--", "true"}, 2,
+			[]string{`lock "x" on mem`, "TTL 10ms is below the minimum 100ms"}},
+		{"not a duration", []string{"run", "--url", "mem://", "--name", "x", "--ttl", "soon", "--", "true"}, 2,
+			[]string{`"soon" is not a duration`}},
+		{"negative wait", []string{"run", "--url", "mem://", "--name", "x", "--wait", "-1s", "--", "true"}, 2,
+			[]string{"--wait -1s is negative"}},
+		{"empty owner", []string{"run", "--url", "mem://", "--name", "x", "--owner", "", "--", "true"}, 2,
+			[]string{`lock "x" on mem`, "owner"}},
+		{"no command", []string{"run", "--url", "mem://", "--name", "x"}, 2,
+			[]string{"no command to run"}},
+		{"unknown flag", []string{"run", "--url", "mem://", "--name", "x", "--bogus", "--", "true"}, 2,
+			[]string{"bogus"}},
+		{"command not found", []string{"run", "--url", "mem://", "--name", "x", "--", "dlock-no-such-command"}, 127,
+			[]string{`"dlock-no-such-command"`, "not found"}},
+		{"command path not found", []string{"run", "--url", "mem://", "--name", "x", "--", "/no/such/dir/cmd"}, 127,
+			[]string{"/no/such/dir/cmd", "no such file"}},
+		{"command not executable", []string{"run", "--url", "mem://", "--name", "x", "--", notExec}, 126,
+			[]string{notExec, "permission denied"}},
+		{"unknown command", []string{"lock"}, 2,
+			[]string{`unknown command "lock"`}},
+		{"status with arguments", []string{"status", "--url", "mem://", "extra"}, 2,
+			[]string{"unexpected arguments"}},
+		{"status unknown scheme", []string{"status", "--url", "nosuch://"}, 2,
+			[]string{`unknown URL scheme "nosuch"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runDlock(t, nil, tc.args...)
+			if r.code != tc.code {
+				t.Errorf("exit code %d, want %d", r.code, tc.code)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(r.stderr, m) {
+					t.Errorf("stderr does not contain %q:\n%s", m, r.stderr)
+				}
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout = %q, want nothing", r.stdout)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	exitCodes := []string{"Exit status", "128+N", "  2 ", "  3 ", "  4 ", "  5 ", "126", "127", "--wait", "--grace", "DLOCK_TOKEN"}
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout bool // usage on stdout (else stderr)
+		want   []string
+	}{
+		{[]string{"help", "run"}, 0, true, exitCodes},
+		{[]string{"run", "--help"}, 0, true, exitCodes},
+		{[]string{"run", "-h"}, 0, true, exitCodes},
+		{[]string{"help", "status"}, 0, true, []string{"Usage: dlock status", "--prefix", "WAITERS"}},
+		{[]string{"status", "--help"}, 0, true, []string{"Usage: dlock status"}},
+		{[]string{"help"}, 0, true, []string{"dlock run", "dlock status", "URL schemes built in: ", "mem"}},
+		{[]string{"--help"}, 0, true, []string{"dlock run", "dlock status"}},
+		{nil, 2, false, []string{"dlock run", "dlock status", "dlock help"}},
+		{[]string{"help", "nosuch"}, 2, false, []string{`unknown command "nosuch"`}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := runDlock(t, nil, tc.args...)
+			if r.code != tc.code {
+				t.Errorf("exit code %d, want %d", r.code, tc.code)
+			}
+			out := r.stderr
+			if tc.stdout {
+				out = r.stdout
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output does not contain %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaultURL(t *testing.T) {
+	state := t.TempDir()
+	env := append(testEnv(t), "XDG_STATE_HOME="+state)
+	r := runDlock(t, env, "run", "--name", "x", "--", "sh", "-c", `echo "$DLOCK_URL"`)
+	want := "sqlite://" + filepath.ToSlash(filepath.Join(state, "dlock", "locks.db"))
+	fi, err := os.Stat(filepath.Join(state, "dlock"))
+	if err != nil {
+		t.Fatalf("state directory not created: %v", err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("state directory mode %v, want 0700", fi.Mode().Perm())
+	}
+	if !strings.Contains(schemes, "sqlite") {
+		// Until the sqlite backend is built in, the default URL fails to
+		// open, naming the scheme.
+		if r.code != 2 || !strings.Contains(r.stderr, `unknown URL scheme "sqlite"`) {
+			t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+		}
+		return
+	}
+	if r.code != 0 || strings.TrimSpace(r.stdout) != want {
+		t.Fatalf("exit %d, DLOCK_URL %q, want %q; stderr:\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(state, "dlock", "locks.db")); err != nil {
+		t.Errorf("no lock database: %v", err)
+	}
+}
+
+func TestDefaultURLWithoutXDG(t *testing.T) {
+	home := t.TempDir()
+	var env []string
+	for _, kv := range testEnv(t) {
+		if !strings.HasPrefix(kv, "XDG_STATE_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	// A relative XDG_STATE_HOME is ignored, as the XDG spec says.
+	env = append(env, "HOME="+home, "XDG_STATE_HOME=relative/dir")
+	runDlock(t, env, "status")
+	fi, err := os.Stat(filepath.Join(home, ".local", "state", "dlock"))
+	if err != nil {
+		t.Fatalf("~/.local/state/dlock not created: %v", err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("state directory mode %v, want 0700", fi.Mode().Perm())
+	}
+}
+
+func TestURLFromEnvironment(t *testing.T) {
+	env := append(testEnv(t), "DLOCK_URL=mem://shared")
+	r := runDlock(t, env, "run", "--name", "x", "--", "sh", "-c", `echo "$DLOCK_URL"`)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "mem://shared" {
+		t.Fatalf("exit %d, stdout %q; stderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	// --url wins over $DLOCK_URL.
+	r = runDlock(t, env, "run", "--url", "nosuch://", "--name", "x", "--", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, `"nosuch"`) {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+}

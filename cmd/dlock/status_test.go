@@ -1,0 +1,59 @@
+//go:build linux || darwin || dragonfly || freebsd || netbsd || openbsd
+
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestStatus(t *testing.T) {
+	url := sqliteURL(t)
+	r := runDlock(t, nil, "status", "--url", url)
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "no locks held on sqlite") {
+		t.Fatalf("empty: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	a, ownerA := holdLock(t, url, "app/b-lock")
+	_, ownerB := holdLock(t, url, "app/a lock")
+	_, ownerC := holdLock(t, url, "other")
+
+	r = runDlock(t, nil, "status", "--url", url)
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want a header and 3 locks:\n%s", r.stdout)
+	}
+	header := strings.Fields(lines[0])
+	if strings.Join(header, " ") != "NAME OWNER TOKEN HOLDS EXPIRES IN WAITERS" {
+		t.Errorf("header %q", lines[0])
+	}
+	// Columns are aligned: every row's owner starts where the header's does.
+	col := strings.Index(lines[0], "OWNER")
+	for i, want := range []struct{ name, owner string }{{`"app/a lock"`, ownerB}, {"app/b-lock", ownerA}, {"other", ownerC}} {
+		row := lines[i+1]
+		if !strings.HasPrefix(row, want.name+" ") || !strings.HasPrefix(row[col:], want.owner+" ") {
+			t.Errorf("row %d = %q, want lock %s held by %s", i+1, row, want.name, want.owner)
+		}
+		f := strings.Fields(row[col:])
+		if len(f) != 5 || f[1] != "1" || f[2] != "1" || !strings.HasSuffix(f[3], "s") || f[4] != "0" {
+			t.Errorf("row %d = %q, want token 1, 1 hold, an expiry and 0 waiters", i+1, row)
+		}
+	}
+
+	r = runDlock(t, nil, "status", "--url", url, "--prefix", "app/")
+	if n := strings.Count(r.stdout, "\n"); r.code != 0 || n != 3 || strings.Contains(r.stdout, "other") {
+		t.Errorf("--prefix app/: exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+	r = runDlock(t, nil, "status", "--url", url, "--prefix", "nomatch")
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, `"nomatch"`) {
+		t.Errorf("--prefix nomatch: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	a.stop()
+	r = runDlock(t, nil, "status", "--url", url)
+	if r.code != 0 || strings.Contains(r.stdout, "b-lock") || strings.Count(r.stdout, "\n") != 3 {
+		t.Errorf("after a release: exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+}
