@@ -27,7 +27,9 @@ type Backend struct {
 	desc    string
 	cfg     config
 	mux     *mux
+	batch   *batcher
 
+	bg        sync.WaitGroup // clean-up running on its own
 	checkMu   sync.Mutex
 	checked   atomic.Pointer[checkResult]
 	closeOnce sync.Once
@@ -89,6 +91,7 @@ func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("%w: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
 	}
 	b.mux = newMux(b)
+	b.batch = newBatcher(b)
 	return b, nil
 }
 
@@ -104,6 +107,8 @@ func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		b.bg.Wait()
+		b.batch.close()
 		b.mux.close()
 		if b.owned {
 			err = b.rdb.Close()
@@ -126,7 +131,9 @@ func (b *Backend) ready(ctx context.Context) error {
 	if r := b.checked.Load(); r != nil {
 		return r.err
 	}
-	info, err := b.rdb.Info(ctx, "server").Result()
+	cmd := goredis.NewStringCmd(ctx, "info", "server")
+	err := b.batch.do(ctx, cmd)
+	info := cmd.Val()
 	if err != nil {
 		if isRedisReply(err) {
 			cerr := classify(err)
@@ -188,7 +195,13 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			b.mux.detach(w, false)
 		}
 		if w.uncertain {
-			b.withdraw(ctx, w)
+			// The attempt may have been granted without our learning it:
+			// give it back, without holding up the caller.
+			b.bg.Add(1)
+			go func() {
+				defer b.bg.Done()
+				b.withdraw(ctx, w)
+			}()
 		}
 		return dlock.Grant{}, nil, err
 	}
@@ -201,7 +214,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 // attempt runs the acquire script for w.
 func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	k := w.k
-	v, acked, err := b.run(ctx, acquireScript, []string{k.holder, k.fence, k.queue, k.timeouts},
+	v, acked, err := b.run(ctx, acquireScript, []string{k.lock, k.queue, k.timeouts},
 		w.req.Owner, millis(w.req.TTL), w.rid, w.mode, millis(b.cfg.waiterTimeout), k.channel)
 	if err != nil {
 		w.uncertain = uncertain(err)
@@ -215,7 +228,7 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	if toInt(r[0]) == 1 {
 		tok, err := strconv.ParseUint(toStr(r[1]), 10, 64)
 		if err != nil {
-			return dlock.Grant{}, fmt.Errorf("redis: bad token %v in %s: %w", r[1], k.holder, err)
+			return dlock.Grant{}, fmt.Errorf("redis: bad token %v in %s: %w", r[1], k.lock, err)
 		}
 		if b.cfg.replicas > 0 && acked < b.cfg.replicas {
 			b.giveBack(ctx, k, w.req.Owner, tok)
@@ -249,7 +262,7 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 func (b *Backend) giveBack(ctx context.Context, k *keys, owner string, tok uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	releaseScript.Run(ctx, b.rdb, []string{k.holder, k.queue, k.timeouts}, owner, strconv.FormatUint(tok, 10), k.channel)
+	b.runScript(ctx, releaseScript, []string{k.lock, k.queue, k.timeouts}, owner, strconv.FormatUint(tok, 10), k.channel)
 }
 
 // withdraw runs the cancel script for w, for an attempt whose outcome is
@@ -266,7 +279,7 @@ const cleanupTimeout = 2 * time.Second
 // Renew extends the hold h to ttl from now.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
 	k := b.keysOf(h)
-	v, acked, err := b.run(ctx, renewScript, []string{k.holder}, h.Owner, strconv.FormatUint(h.Token, 10), millis(ttl))
+	v, acked, err := b.run(ctx, renewScript, []string{k.lock}, h.Owner, strconv.FormatUint(h.Token, 10), millis(ttl))
 	if err != nil {
 		return b.fail(k, err)
 	}
@@ -288,8 +301,8 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 // lock's channel so that a waiter wakes.
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	k := b.keysOf(h)
-	v, err := releaseScript.Run(ctx, b.rdb, []string{k.holder, k.queue, k.timeouts},
-		h.Owner, strconv.FormatUint(h.Token, 10), k.channel).Result()
+	v, _, err := b.run(ctx, releaseScript, []string{k.lock, k.queue, k.timeouts},
+		h.Owner, strconv.FormatUint(h.Token, 10), k.channel)
 	if err != nil {
 		return b.fail(k, err)
 	}
@@ -361,7 +374,7 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 			c := &call{idx: g[:n]}
 			for _, i := range c.idx {
 				r := rs[i]
-				c.keys = append(c.keys, b.keysOf(r.Hold).holder)
+				c.keys = append(c.keys, b.keysOf(r.Hold).lock)
 				c.args = append(c.args, r.Hold.Owner, strconv.FormatUint(r.Hold.Token, 10), millis(r.TTL))
 			}
 			calls = append(calls, c)
@@ -401,7 +414,7 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 			case 0:
 				errs[i] = fmt.Errorf("%w: token %d is no longer the holder's", dlock.ErrLeaseLost, rs[i].Hold.Token)
 			case -1:
-				errs[i] = fmt.Errorf("%w: key %q is not a hash", ErrForeignData, b.keysOf(rs[i].Hold).holder)
+				errs[i] = fmt.Errorf("%w: key %q is not a hash", ErrForeignData, b.keysOf(rs[i].Hold).lock)
 			default:
 				errs[i] = fmt.Errorf("redis: unexpected reply %v from the batch renew script", results[j])
 			}
@@ -410,14 +423,15 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	return errs
 }
 
-// pipelineScripts runs n calls of script in one pipeline (EVALSHA, then
-// EVAL for those the server did not know).
-func (b *Backend) pipelineScripts(ctx context.Context, script *goredis.Script, n int, call func(int) ([]string, []any), results []any, errs []error) {
+// pipelineScripts runs n calls of s in one pipeline (EVALSHA, then EVAL
+// for those the server did not have).
+func (b *Backend) pipelineScripts(ctx context.Context, s *script, n int, call func(int) ([]string, []any), results []any, errs []error) {
 	cmds := make([]*goredis.Cmd, n)
 	p := b.rdb.Pipeline()
 	for j := range n {
 		keys, args := call(j)
-		cmds[j] = script.EvalSha(ctx, p, keys, args...)
+		cmds[j] = goredis.NewCmd(ctx, evalArgs(true, s, keys, args)...)
+		p.Process(ctx, cmds[j])
 	}
 	p.Exec(ctx)
 	var retry []int
@@ -434,7 +448,8 @@ func (b *Backend) pipelineScripts(ctx context.Context, script *goredis.Script, n
 	p = b.rdb.Pipeline()
 	for _, j := range retry {
 		keys, args := call(j)
-		cmds[j] = script.Eval(ctx, p, keys, args...)
+		cmds[j] = goredis.NewCmd(ctx, evalArgs(false, s, keys, args)...)
+		p.Process(ctx, cmds[j])
 	}
 	p.Exec(ctx)
 	for _, j := range retry {
@@ -442,16 +457,13 @@ func (b *Backend) pipelineScripts(ctx context.Context, script *goredis.Script, n
 	}
 }
 
-func isNoScript(err error) bool {
-	return err != nil && (errors.Is(err, goredis.ErrNoScript) || goredis.HasErrorPrefix(err, "NOSCRIPT"))
-}
 
-// run runs script with EVALSHA (EVAL if the server does not have it yet).
-// With WaitReplicas it sends WAIT in the same pipeline and returns the
-// number of replicas that acknowledged.
-func (b *Backend) run(ctx context.Context, script *goredis.Script, keys []string, args ...any) (any, int, error) {
+// run runs s on keys and args. With WaitReplicas it sends WAIT in the same
+// pipeline (one connection, one round trip) and returns the number of
+// replicas that acknowledged.
+func (b *Backend) run(ctx context.Context, s *script, keys []string, args ...any) (any, int, error) {
 	if b.cfg.replicas == 0 {
-		v, err := script.Run(ctx, b.rdb, keys, args...).Result()
+		v, err := b.runScript(ctx, s, keys, args...)
 		return v, 0, err
 	}
 	var p goredis.Pipeliner
@@ -464,20 +476,22 @@ func (b *Backend) run(ctx context.Context, script *goredis.Script, keys []string
 	} else {
 		p = b.rdb.Pipeline()
 	}
-	ev := script.EvalSha(ctx, p, keys, args...)
-	wt := p.Do(ctx, "wait", b.cfg.replicas, millis(b.cfg.replicaTimeout))
-	p.Exec(ctx)
-	if isNoScript(ev.Err()) {
-		ev = script.Eval(ctx, p, keys, args...)
-		wt = p.Do(ctx, "wait", b.cfg.replicas, millis(b.cfg.replicaTimeout))
+	for _, sha := range []bool{true, false} {
+		ev := goredis.NewCmd(ctx, evalArgs(sha, s, keys, args)...)
+		p.Process(ctx, ev)
+		wt := p.Do(ctx, "wait", b.cfg.replicas, millis(b.cfg.replicaTimeout))
 		p.Exec(ctx)
+		if sha && isNoScript(ev.Err()) {
+			continue
+		}
+		v, err := ev.Result()
+		if err != nil {
+			return nil, 0, err
+		}
+		n, _ := wt.Int64()
+		return v, int(n), nil
 	}
-	v, err := ev.Result()
-	if err != nil {
-		return nil, 0, err
-	}
-	n, _ := wt.Int64()
-	return v, int(n), nil
+	panic("unreachable")
 }
 
 // fail turns the error of a script on the keys k into the backend's error.
@@ -485,11 +499,7 @@ func (b *Backend) fail(k *keys, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "DLOCKFOREIGN"):
-		key := k.holder
-		if strings.Contains(msg, k.fence) {
-			key = k.fence
-		}
-		return fmt.Errorf("%w: key %q holds data that dlock did not write; nothing was changed", ErrForeignData, key)
+		return fmt.Errorf("%w: key %q holds data that dlock did not write; nothing was changed", ErrForeignData, k.lock)
 	case strings.Contains(msg, "WRONGTYPE"):
 		return b.foreign(k, err)
 	}
@@ -501,7 +511,7 @@ func (b *Backend) fail(k *keys, err error) error {
 func (b *Backend) foreign(k *keys, cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	want := []struct{ key, typ string }{{k.holder, "hash"}, {k.fence, "string"}, {k.queue, "list"}, {k.timeouts, "zset"}}
+	want := []struct{ key, typ string }{{k.lock, "hash"}, {k.queue, "list"}, {k.timeouts, "zset"}}
 	p := b.rdb.Pipeline()
 	cmds := make([]*goredis.StatusCmd, len(want))
 	for i, w := range want {
@@ -513,7 +523,7 @@ func (b *Backend) foreign(k *keys, cause error) error {
 			return fmt.Errorf("%w: key %q holds a %s where dlock keeps a %s; nothing was changed", ErrForeignData, w.key, t, w.typ)
 		}
 	}
-	return fmt.Errorf("%w: a key of %q holds another type; nothing was changed: %w", ErrForeignData, k.holder, cause)
+	return fmt.Errorf("%w: a key of %q holds another type; nothing was changed: %w", ErrForeignData, k.lock, cause)
 }
 
 // Inspect lists the locks held whose names start with prefix, with a SCAN
@@ -574,25 +584,30 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 		chunk := keys[:n]
 		keys = keys[n:]
 		p := c.Pipeline()
+		now := p.Time(ctx)
 		hm := make([]*goredis.SliceCmd, n)
-		pt := make([]*goredis.DurationCmd, n)
 		ql := make([]*goredis.IntCmd, n)
 		for i, key := range chunk {
-			hm[i] = p.HMGet(ctx, key, "o", "n", "t")
-			pt[i] = p.PTTL(ctx, key)
+			hm[i] = p.HMGet(ctx, key, "o", "n", "t", "x")
 			ql[i] = p.LLen(ctx, key+":queue")
 		}
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-			// Individual commands may fail (a key that changed type); the
-			// others are still good.
-			if !isRedisReply(err) {
-				return nil, err
-			}
+		// Single commands may fail (a key that changed type); the others
+		// are still good.
+		if _, err := p.Exec(ctx); err != nil && !isRedisReply(err) {
+			return nil, err
 		}
+		if now.Err() != nil {
+			return nil, now.Err()
+		}
+		nowMs := now.Val().UnixMilli()
 		for i, key := range chunk {
 			vals, err := hm[i].Result()
-			if err != nil || len(vals) < 3 || vals[0] == nil {
-				continue // released meanwhile, or not a lock
+			if err != nil || len(vals) < 4 || toStr(vals[0]) == "" {
+				continue // free, or not a lock
+			}
+			left := toInt(vals[3]) - nowMs
+			if left <= 0 {
+				continue // expired
 			}
 			enc := strings.TrimSuffix(strings.TrimPrefix(key, head), "}")
 			name, err := decodeName(enc)
@@ -601,11 +616,8 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 			}
 			tok, _ := strconv.ParseUint(toStr(vals[2]), 10, 64)
 			cnt, _ := strconv.Atoi(toStr(vals[1]))
-			ttl := pt[i].Val()
-			if ttl < 0 {
-				ttl = 0
-			}
-			out = append(out, dlock.LockInfo{Name: name, Owner: toStr(vals[0]), Token: tok, Count: cnt, TTL: ttl, Waiters: int(ql[i].Val())})
+			out = append(out, dlock.LockInfo{Name: name, Owner: toStr(vals[0]), Token: tok, Count: cnt,
+				TTL: time.Duration(left) * time.Millisecond, Waiters: int(ql[i].Val())})
 		}
 	}
 	return out, nil

@@ -88,7 +88,7 @@ func isRedisReply(err error) bool {
 // uncertain reports whether a command that failed with err may have been
 // executed by the server without the client learning of it.
 func uncertain(err error) bool {
-	if err == nil || isRedisReply(err) {
+	if err == nil || isRedisReply(err) || isNotSent(err) {
 		return false
 	}
 	return !isDialErr(err)

@@ -9,22 +9,20 @@ import (
 // carry the same hash tag, {enc}, so that they live in one Cluster slot and
 // a script may touch them together.
 //
-//	PREFIX:{enc}          hash: the holder (o owner, n reentry count, t token, r request id), with PX expiry
-//	PREFIX:{enc}:fence    string: the last token granted; never expires
+//	PREFIX:{enc}          hash: holder, lease end, fence (see the scripts)
 //	PREFIX:{enc}:queue    list: fair waiters' ids in arrival order
 //	PREFIX:{enc}:timeouts zset: fair waiters' ids scored by the server time (ms) at which they count as dead
 //	PREFIX:{enc}:wake     pub/sub channel: release and queue-head notices
 type keys struct {
-	holder, fence, queue, timeouts, channel string
-	slot                                    uint16
+	lock, queue, timeouts, channel string
+	slot                           uint16
 }
 
 func newKeys(prefix, name string) *keys {
 	enc := encodeName(name)
 	base := prefix + ":{" + enc + "}"
 	return &keys{
-		holder:   base,
-		fence:    base + ":fence",
+		lock:     base,
 		queue:    base + ":queue",
 		timeouts: base + ":timeouts",
 		channel:  base + ":wake",

@@ -472,7 +472,7 @@ func (w *waiter) Cancel(ctx context.Context) error {
 
 func (w *waiter) cancelOnServer(ctx context.Context) error {
 	k := w.k
-	err := cancelScript.Run(ctx, w.b.rdb, []string{k.holder, k.queue, k.timeouts}, w.rid, w.req.Owner, k.channel).Err()
+	_, _, err := w.b.run(ctx, cancelScript, []string{k.lock, k.queue, k.timeouts}, w.rid, w.req.Owner, k.channel)
 	if err != nil {
 		return w.b.fail(k, err)
 	}

@@ -1,6 +1,8 @@
 package redis_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/dlock-dev/dlock"
@@ -36,4 +38,19 @@ func newBackend(t testing.TB, addr string, opts ...dredis.Option) *dredis.Backen
 func TestConformance(t *testing.T) {
 	srv := testserver.Redis(t)
 	dlocktest.Run(t, func(t testing.TB) dlock.Backend { return newBackend(t, srv.Addr()) })
+}
+
+func TestClusterConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-master Redis Cluster")
+	}
+	cl := testserver.RedisCluster(t, 3)
+	url := "redis+cluster://" + strings.Join(cl.Addrs(), ",")
+	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
+		b, err := dredis.OpenURL(context.Background(), url)
+		if err != nil {
+			t.Fatalf("OpenURL(%s): %v", url, err)
+		}
+		return b
+	})
 }

@@ -1,69 +1,96 @@
 package redis
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	"crypto/sha1"
+	"encoding/hex"
+)
+
+// script is a Lua script and its SHA1, for EVALSHA.
+type script struct {
+	name, src, hash string
+}
+
+func newScript(name, src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{name: name, src: src, hash: hex.EncodeToString(sum[:])}
+}
 
 // The scripts. Each operation is one script, so one round trip and atomic.
-// Every script reads each key it may write before its first write: a key
-// holding another type then fails the script (WRONGTYPE) before anything
-// was changed, because Redis does not roll back a script's earlier writes.
 //
-// Times are the server's: TIME for the queue's deadlines and the token
-// floor, PX/PTTL for the holder.
+// A lock is one hash, PREFIX:{NAME}, that is never deleted:
+//
+//	o  holder's owner ("" or absent when free)
+//	n  reentry count
+//	t  holder's token
+//	r  id of the request that made or last re-entered the hold
+//	x  end of the lease, server time in ms (TIME)
+//	f  last token granted (the fence); kept when the lock frees
+//	w  length of the fair queue when last seen (0 or absent: no queue)
+//
+// Expiry is judged in the scripts against the server's clock (TIME), the
+// same clock Redis uses for PX. Fair locks also use a list (the queue, in
+// arrival order) and a sorted set (each queued waiter's deadline), which
+// expire a second after the last waiter's deadline.
+//
+// Every script reads each key it may write before its first write, so that
+// a key holding another type fails the script (WRONGTYPE) before anything
+// was changed: Redis does not roll back a script's earlier writes.
+//
+// New tokens are max(f+1, server time in µs), so that tokens keep
+// increasing even if the hash is lost (a restart without persistence, a
+// failover to a replica that missed the last grants), provided the servers'
+// clocks agree to better than the time between the lost grant and the next.
 
 // acquireScript makes one attempt.
 //
-//	KEYS: holder, fence, queue, timeouts
+//	KEYS: lock hash, queue, timeouts
 //	ARGV: owner, ttl ms, request id, mode ("t" try, "w" wait, "f" fair wait), waiter timeout ms, channel
 //
 // Replies {1, token, count} when granted, or {0, holder owner or "",
 // holder token or "", wait hint ms, queue length} when not.
 //
 // A holder whose owner is the caller's re-enters (count+1) unless the
-// request id is the one that made the hold, which means the reply to this
-// very request was lost and the client retried it: then the hold is
-// returned unchanged. A new grant takes token max(last+1, server time in
-// µs) and records it in the fence key, which never expires: tokens thus
-// keep increasing even across a loss of the fence key (restart without
-// persistence, failover to a replica that missed the last grants), as long
-// as the servers' clocks agree to better than the time between the lost
-// grant and the next one.
-//
-// Fair waiters ("f") are queued (or, if already queued, have their
-// deadline refreshed); waiters whose deadline passed are dropped first. A
-// free lock with a queue goes to the queue's head only.
-var acquireScript = goredis.NewScript(`
-local h, f, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, ttl, rid, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local cur = redis.call('HMGET', h, 'o', 'n', 't', 'r')
-if cur[1] == owner then
-  local n = tonumber(cur[2])
-  if cur[4] ~= rid then
-    n = redis.call('HINCRBY', h, 'n', 1)
-    redis.call('HSET', h, 'r', rid)
-    if redis.call('PTTL', h) < ttl then redis.call('PEXPIRE', h, ttl) end
-  end
-  return {1, cur[3], n}
-end
-if not cur[1] and redis.call('EXISTS', h) == 1 then
+// request id is the one that made the hold: then the reply to this very
+// request was lost and the client retried it, and the hold is returned
+// unchanged. Fair waiters ("f") are queued (if already queued, their
+// deadline is refreshed); waiters whose deadline passed are dropped first.
+// A free lock with a queue goes to the queue's head only, and when dropping
+// dead waiters makes another waiter the head of a free lock's queue, that
+// waiter is told.
+var acquireScript = newScript("acquire", `
+local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
+local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
+local cur = redis.call('HMGET', h, 'o', 'n', 't', 'r', 'x', 'f', 'w')
+if not cur[6] and redis.call('EXISTS', h) == 1 or cur[6] and not tonumber(cur[6]) then
   return redis.error_reply('DLOCKFOREIGN ' .. h)
-end
-local last = redis.call('GET', f)
-if last and not tonumber(last) then
-  return redis.error_reply('DLOCKFOREIGN ' .. f)
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local qlen = redis.call('LLEN', q)
-local head, old = false, false
-if qlen > 0 or mode == 'f' then
-  if qlen > 0 then old = redis.call('LINDEX', q, 0) end
-  local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
-  for _, id in ipairs(dead) do
-    redis.call('LREM', q, 1, id)
-    redis.call('ZREM', qt, id)
+local exp = now + tonumber(ARGV[2])
+local x = tonumber(cur[5]) or 0
+local held = cur[1] and cur[1] ~= '' and x > now
+if held and cur[1] == owner then
+  local n = tonumber(cur[2])
+  if cur[4] ~= rid then
+    n = n + 1
+    redis.call('HSET', h, 'n', n, 'r', rid, 'x', math.max(x, exp))
   end
-  if #dead > 0 then qlen = redis.call('LLEN', q) end
-  if qlen > 0 then head = redis.call('LINDEX', q, 0) end
+  return {1, cur[3], n}
+end
+local w = tonumber(cur[7]) or 0
+local qlen, head, old = 0, false, false
+if w > 0 or mode == 'f' then
+  qlen = redis.call('LLEN', q)
+  if qlen > 0 then
+    old = redis.call('LINDEX', q, 0)
+    local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
+    for _, id in ipairs(dead) do
+      redis.call('LREM', q, 1, id)
+      redis.call('ZREM', qt, id)
+    end
+    if #dead > 0 then qlen = redis.call('LLEN', q) end
+    if qlen > 0 then head = redis.call('LINDEX', q, 0) end
+  end
 end
 local function enqueue()
   if not redis.call('ZSCORE', qt, rid) then
@@ -71,17 +98,19 @@ local function enqueue()
     qlen = qlen + 1
   end
   redis.call('ZADD', qt, now + tonumber(ARGV[5]), rid)
-  local latest = redis.call('ZRANGE', qt, -1, -1, 'WITHSCORES')
-  local exp = tonumber(latest[2]) + 1000
-  redis.call('PEXPIREAT', q, exp)
-  redis.call('PEXPIREAT', qt, exp)
+  local last = redis.call('ZRANGE', qt, -1, -1, 'WITHSCORES')
+  local gone = tonumber(last[2]) + 1000
+  redis.call('PEXPIREAT', q, gone)
+  redis.call('PEXPIREAT', qt, gone)
 end
-if cur[1] then
+if held then
   if mode == 'f' then enqueue() end
-  return {0, cur[1], cur[3] or '', redis.call('PTTL', h), qlen}
+  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
+  return {0, cur[1], cur[3] or '', x - now, qlen}
 end
 if head and head ~= rid then
   if mode == 'f' then enqueue() end
+  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
   if head ~= old then redis.call('PUBLISH', ARGV[6], head) end
   local hd = tonumber(redis.call('ZSCORE', qt, head) or now)
   return {0, '', '', math.max(hd - now, 0), qlen}
@@ -89,24 +118,28 @@ end
 if head then
   redis.call('LPOP', q)
   redis.call('ZREM', qt, rid)
+  qlen = qlen - 1
 end
-local tok = string.format('%.0f', math.max((tonumber(last) or 0) + 1, t[1] * 1000000 + t[2]))
-redis.call('SET', f, tok)
-redis.call('HSET', h, 'o', owner, 'n', 1, 't', tok, 'r', rid)
-redis.call('PEXPIRE', h, ttl)
+local tok = string.format('%.0f', math.max((tonumber(cur[6]) or 0) + 1, t[1] * 1000000 + t[2]))
+redis.call('HSET', h, 'o', owner, 'n', 1, 't', tok, 'r', rid, 'x', exp, 'f', tok, 'w', qlen)
 return {1, tok, 1}
 `)
 
 // renewScript extends a hold.
 //
-//	KEYS: holder
+//	KEYS: lock hash
 //	ARGV: owner, token, ttl ms
 //
 // Replies {1}, or {0, holder owner or "", holder token or ""}.
-var renewScript = goredis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'o', 't')
+var renewScript = newScript("renew", `
+local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'x')
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if (tonumber(cur[3]) or 0) <= now then
+  return {0, '', ''}
+end
 if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('HSET', KEYS[1], 'x', now + tonumber(ARGV[3]))
   return {1}
 end
 return {0, cur[1] or '', cur[2] or ''}
@@ -114,20 +147,22 @@ return {0, cur[1] or '', cur[2] or ''}
 
 // renewBatchScript extends many holds (all in one slot on a Cluster).
 //
-//	KEYS: holder 1..n
+//	KEYS: lock hash 1..n
 //	ARGV: owner, token, ttl ms for each key in turn
 //
 // Replies one integer per key: 1 renewed, 0 not held by that owner and
 // token, -1 the key holds another type.
-var renewBatchScript = goredis.NewScript(`
+var renewBatchScript = newScript("renewBatch", `
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local res = {}
 for i, k in ipairs(KEYS) do
   local j = (i - 1) * 3
-  local cur = redis.pcall('HMGET', k, 'o', 't')
+  local cur = redis.pcall('HMGET', k, 'o', 't', 'x')
   if cur.err then
     res[i] = -1
-  elseif cur[1] == ARGV[j + 1] and cur[2] == ARGV[j + 2] then
-    redis.call('PEXPIRE', k, ARGV[j + 3])
+  elseif cur[1] == ARGV[j + 1] and cur[2] == ARGV[j + 2] and (tonumber(cur[3]) or 0) > now then
+    redis.call('HSET', k, 'x', now + tonumber(ARGV[j + 3]))
     res[i] = 1
   else
     res[i] = 0
@@ -139,13 +174,18 @@ return res
 // releaseScript gives up one hold and, when the lock frees, publishes the
 // queue's head (after dropping dead waiters) or "" on the lock's channel.
 //
-//	KEYS: holder, queue, timeouts
+//	KEYS: lock hash, queue, timeouts
 //	ARGV: owner, token, channel
 //
 // Replies {1, count left}, or {0, holder owner or "", holder token or ""}.
-var releaseScript = goredis.NewScript(`
+var releaseScript = newScript("release", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
-local cur = redis.call('HMGET', h, 'o', 'n', 't')
+local cur = redis.call('HMGET', h, 'o', 'n', 't', 'x', 'w')
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if (tonumber(cur[4]) or 0) <= now then
+  return {0, '', ''}
+end
 if cur[1] ~= ARGV[1] or cur[3] ~= ARGV[2] then
   return {0, cur[1] or '', cur[3] or ''}
 end
@@ -155,17 +195,21 @@ if n > 0 then
   return {1, n}
 end
 local head = ''
-if redis.call('LLEN', q) > 0 then
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
-  for _, id in ipairs(dead) do
-    redis.call('LREM', q, 1, id)
-    redis.call('ZREM', qt, id)
+local w = tonumber(cur[5]) or 0
+if w > 0 then
+  local qlen = redis.call('LLEN', q)
+  if qlen > 0 then
+    local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
+    for _, id in ipairs(dead) do
+      redis.call('LREM', q, 1, id)
+      redis.call('ZREM', qt, id)
+    end
+    if #dead > 0 then qlen = redis.call('LLEN', q) end
+    head = redis.call('LINDEX', q, 0) or ''
   end
-  head = redis.call('LINDEX', q, 0) or ''
+  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 end
-redis.call('DEL', h)
+redis.call('HDEL', h, 'o', 'n', 't', 'r', 'x')
 redis.call('PUBLISH', ARGV[3], head)
 return {1, 0}
 `)
@@ -173,44 +217,46 @@ return {1, 0}
 // cancelScript withdraws a waiter: it leaves the queue and, if an attempt
 // of this request was granted without the client learning it (the reply
 // was lost, or the call was cancelled while in flight), that grant is given
-// back. If the lock is free and the queue's head changed, the new head (or
-// "") is published.
+// back. If the lock is then free and the queue's head changed, the new head
+// (or "") is published.
 //
-//	KEYS: holder, queue, timeouts
+//	KEYS: lock hash, queue, timeouts
 //	ARGV: request id, owner, channel
 //
 // Replies 1 if a grant was given back, else 0.
-var cancelScript = goredis.NewScript(`
+var cancelScript = newScript("cancel", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
 local rid = ARGV[1]
-local cur = redis.call('HMGET', h, 'o', 'n', 'r')
+local cur = redis.call('HMGET', h, 'o', 'n', 'r', 'x')
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local wasHead = redis.call('LINDEX', q, 0) == rid
 redis.call('ZSCORE', qt, rid)
-local undone, freed = 0, false
-if cur[1] == ARGV[2] and cur[3] == rid then
+local undone, free = 0, not cur[1] or cur[1] == '' or (tonumber(cur[4]) or 0) <= now
+if not free and cur[1] == ARGV[2] and cur[3] == rid then
   undone = 1
   local n = tonumber(cur[2]) - 1
   if n > 0 then
     redis.call('HSET', h, 'n', n, 'r', '')
   else
-    redis.call('DEL', h)
-    freed = true
+    redis.call('HDEL', h, 'o', 'n', 't', 'r', 'x')
+    free, wasHead = true, true
   end
 end
 redis.call('LREM', q, 0, rid)
 redis.call('ZREM', qt, rid)
-if freed or (wasHead and redis.call('EXISTS', h) == 0) then
+local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
+for _, id in ipairs(dead) do
+  redis.call('LREM', q, 1, id)
+  redis.call('ZREM', qt, id)
+end
+local qlen = redis.call('LLEN', q)
+if redis.call('EXISTS', h) == 1 then
+  redis.call('HSET', h, 'w', qlen)
+end
+if free and (wasHead or #dead > 0) then
   local head = ''
-  if redis.call('LLEN', q) > 0 then
-    local t = redis.call('TIME')
-    local now = t[1] * 1000 + math.floor(t[2] / 1000)
-    local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
-    for _, id in ipairs(dead) do
-      redis.call('LREM', q, 1, id)
-      redis.call('ZREM', qt, id)
-    end
-    head = redis.call('LINDEX', q, 0) or ''
-  end
+  if qlen > 0 then head = redis.call('LINDEX', q, 0) end
   redis.call('PUBLISH', ARGV[3], head)
 end
 return undone

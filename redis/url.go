@@ -47,7 +47,9 @@ func init() {
 //	wait_replicas=1                WaitReplicas, with
 //	wait_replicas_timeout=500ms    its timeout (default 1s)
 //
-// The options in opts come after those of the URL. [dlock.Open] calls it for
+// Unless the URL sets context_timeout_enabled, the client is made with
+// ContextTimeoutEnabled, so that context deadlines bound its reads and
+// writes. The options in opts come after those of the URL. [dlock.Open] calls it for
 // the schemes above.
 func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
 	u, err := url.Parse(rawURL)
@@ -108,6 +110,17 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 		v := url.URL{Scheme: base, User: user, Host: hosts[0], Path: path, RawQuery: q.Encode()}
 		return v.String()
 	}
+	// Owned clients apply context deadlines to their reads and writes
+	// (go-redis's default is not to), unless the URL says otherwise.
+	ctxTimeouts := true
+	if v, ok := q["context_timeout_enabled"]; ok {
+		q.Del("context_timeout_enabled")
+		b, err := strconv.ParseBool(v[len(v)-1])
+		if err != nil {
+			return bad("context_timeout_enabled=%q is not a boolean", v[len(v)-1])
+		}
+		ctxTimeouts = b
+	}
 	var rdb goredis.UniversalClient
 	var desc string
 	switch kind {
@@ -119,6 +132,7 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 		if err != nil {
 			return bad("%v", err)
 		}
+		o.ContextTimeoutEnabled = ctxTimeouts
 		rdb = goredis.NewClient(o)
 		desc = "redis " + o.Addr
 		if o.DB != 0 {
@@ -132,6 +146,7 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 		if err != nil {
 			return bad("%v", err)
 		}
+		o.ContextTimeoutEnabled = ctxTimeouts
 		rdb = goredis.NewClusterClient(o)
 		desc = "redis cluster " + strings.Join(hosts, ",")
 	case "sentinel":
@@ -162,6 +177,7 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 			o.Username = u.User.Username()
 			o.Password, _ = u.User.Password()
 		}
+		o.ContextTimeoutEnabled = ctxTimeouts
 		rdb = goredis.NewFailoverClient(o)
 		desc = "redis sentinel " + master + " via " + strings.Join(hosts, ",")
 	}

@@ -1,0 +1,77 @@
+package redis
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEncodeName(t *testing.T) {
+	var all strings.Builder
+	for c := 1; c < 256; c++ {
+		all.WriteByte(byte(c))
+	}
+	for _, name := range []string{
+		"plain", "a/b/../c d", "ünï/cödé 🔒", "%2F:*?[]{}\\'\"", "{", "}", "{x}", "%", "%%41", "\x01\x1f\x7f",
+		all.String(),
+	} {
+		enc := encodeName(name)
+		if strings.ContainsAny(enc, "{}*?[]\\") {
+			t.Errorf("encodeName(%q) = %q keeps a brace or glob character", name, enc)
+		}
+		dec, err := decodeName(enc)
+		if err != nil || dec != name {
+			t.Errorf("decodeName(encodeName(%q)) = %q, %v", name, dec, err)
+		}
+		for i := range len(name) {
+			if !strings.HasPrefix(enc, encodeName(name[:i])) {
+				t.Fatalf("encoding of the prefix %q of %q is not a prefix of %q", name[:i], name, enc)
+			}
+		}
+	}
+	for _, bad := range []string{"%", "%4", "%zz", "a%G1"} {
+		if _, err := decodeName(bad); err == nil {
+			t.Errorf("decodeName(%q) accepted a bad escape", bad)
+		}
+	}
+}
+
+func TestSlot(t *testing.T) {
+	if got := crc16("123456789"); got != 0x31C3 {
+		t.Errorf("crc16 check value = %#x, want 0x31c3", got)
+	}
+	// CLUSTER KEYSLOT foo = 12182 (the Redis Cluster specification).
+	if k := newKeys("dlock", "foo"); k.slot != 12182 {
+		t.Errorf("slot of {foo} = %d, want 12182", k.slot)
+	}
+	k := newKeys("p", "a}b")
+	for _, key := range []string{k.lock, k.queue, k.timeouts, k.channel} {
+		open, close := strings.Index(key, "{"), strings.Index(key, "}")
+		if key[open+1:close] != encodeName("a}b") {
+			t.Errorf("key %q: hash tag %q, want %q", key, key[open+1:close], encodeName("a}b"))
+		}
+	}
+}
+
+func TestValidPrefix(t *testing.T) {
+	for _, p := range []string{"dlock", "app:locks", "a-b_c.d/e"} {
+		if why := validPrefix(p); why != "" {
+			t.Errorf("validPrefix(%q) = %q, want ok", p, why)
+		}
+	}
+	for _, p := range []string{"", "a{b", "a}", "a*", "a?", "a[", "a\\", "a\nb", strings.Repeat("x", 65)} {
+		if validPrefix(p) == "" {
+			t.Errorf("validPrefix(%q) accepted it", p)
+		}
+	}
+}
+
+func TestVersionOK(t *testing.T) {
+	for v, want := range map[string]bool{
+		"7.0.15": true, "6.0.0": true, "6.2.14": true, "10.0.1": true, "7.2.4-rc1": true,
+		"5.0.7": false, "4.0.14": false, "2.8.24": false, "garbage": true,
+	} {
+		if got := versionOK(v); got != want {
+			t.Errorf("versionOK(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
