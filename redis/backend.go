@@ -457,7 +457,6 @@ func (b *Backend) pipelineScripts(ctx context.Context, s *script, n int, call fu
 	}
 }
 
-
 // run runs s on keys and args. With WaitReplicas it sends WAIT in the same
 // pipeline (one connection, one round trip) and returns the number of
 // replicas that acknowledged.

@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/testserver"
+	dredis "github.com/dlock-dev/dlock/redis"
+	"github.com/go-redsync/redsync/v4"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// BenchmarkRedis runs the dlocktest workloads on dlock's redis backend
+// (default and Fair) and on github.com/go-redsync/redsync/v4 and
+// github.com/bsm/redislock with their defaults, in this process, against
+// one redis-server: the one at REDIS_ADDR, or one started for the run.
+//
+// Besides the workloads' own metrics, every sub-benchmark reports
+// cmds/grant: the Redis commands the server executed (INFO commandstats,
+// connection set-up and INFO itself left out) per lock granted.
+//
+//	cd bench && go test -run XXX -bench Redis -benchtime 2000x
+func BenchmarkRedis(b *testing.B) {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = testserver.Redis(b).Addr()
+	}
+	admin := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer admin.Close()
+	if err := admin.Ping(context.Background()).Err(); err != nil {
+		b.Fatalf("redis at %s: %v", addr, err)
+	}
+	// Each locker stands for a process: it gets a client (connection pool)
+	// of its own.
+	newClient := func(b *testing.B, counter goredis.Hook) *goredis.Client {
+		c := goredis.NewClient(&goredis.Options{Addr: addr})
+		c.AddHook(counter)
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	for _, mode := range []struct {
+		name string
+		opts []dlock.Option
+	}{{"dlock", nil}, {"dlock-fair", []dlock.Option{dlock.Fair()}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			dlocktest.BenchLockers(b, counting(admin, func(b *testing.B, counter goredis.Hook) dlocktest.Locker {
+				be, err := dredis.New(newClient(b, counter))
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := dlock.New(be, mode.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { c.Close() })
+				return dlockLocker{c}
+			}))
+		})
+	}
+	b.Run("redsync", func(b *testing.B) {
+		dlocktest.BenchLockers(b, counting(admin, func(b *testing.B, counter goredis.Hook) dlocktest.Locker {
+			return redsyncLocker{redsync.New(redsyncgoredis.NewPool(newClient(b, counter)))}
+		}))
+	})
+	b.Run("redislock", func(b *testing.B) {
+		dlocktest.BenchLockers(b, counting(admin, func(b *testing.B, counter goredis.Hook) dlocktest.Locker {
+			return redislockLocker{redislock.New(newClient(b, counter))}
+		}))
+	})
+}
+
+type dlockLocker struct{ c *dlock.Client }
+
+func (l dlockLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	lease, err := l.c.Mutex(name).Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return lease.Unlock, nil
+}
+
+// redsyncLocker is redsync with its defaults (expiry 8s, 32 tries 50-250ms
+// apart). Its Lock gives up after the tries; the adapter calls it again, as
+// a caller that must have the lock would.
+type redsyncLocker struct{ rs *redsync.Redsync }
+
+func (l redsyncLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	for {
+		m := l.rs.NewMutex(name)
+		err := m.LockContext(ctx)
+		if err == nil {
+			return func(ctx context.Context) error {
+				_, err := m.UnlockContext(ctx)
+				return err
+			}, nil
+		}
+		var taken *redsync.ErrTaken
+		if ctx.Err() != nil || !errors.Is(err, redsync.ErrFailed) && !errors.As(err, &taken) {
+			return nil, err
+		}
+	}
+}
+
+// redislockLocker is bsm/redislock. Its default is not to retry, so the
+// adapter asks for its linear backoff of 100ms (its documented retrying
+// form) and calls Obtain again after Obtain's own deadline (the TTL).
+type redislockLocker struct{ c *redislock.Client }
+
+const redislockTTL = 30 * time.Second // dlock's default TTL
+
+func (l redislockLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	for {
+		lk, err := l.c.Obtain(ctx, name, redislockTTL, &redislock.Options{RetryStrategy: redislock.LinearBackoff(100 * time.Millisecond)})
+		if err == nil {
+			return lk.Release, nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, redislock.ErrNotObtained) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+	}
+}
+
+// counting wraps a locker factory so that each sub-benchmark reports the
+// Redis commands per grant: the commands the lockers' clients sent (counted
+// by a go-redis hook; connection set-up left out) plus the pub/sub
+// subscriptions the server saw, which do not pass the hooks.
+func counting(admin *goredis.Client, newLocker func(*testing.B, goredis.Hook) dlocktest.Locker) func(*testing.B) dlocktest.Locker {
+	type state struct {
+		subsBefore int64
+		cmds       atomic.Int64
+		grants     atomic.Int64
+	}
+	states := make(map[*testing.B]*state)
+	return func(b *testing.B) dlocktest.Locker {
+		st := states[b]
+		if st == nil {
+			st = &state{subsBefore: subscriptions(b, admin)}
+			states[b] = st
+			b.Cleanup(func() {
+				delete(states, b)
+				if g := st.grants.Load(); g > 0 {
+					n := st.cmds.Load() + subscriptions(b, admin) - st.subsBefore
+					b.ReportMetric(float64(n)/float64(g), "cmds/grant")
+				}
+			})
+		}
+		return countingLocker{newLocker(b, cmdCounter{&st.cmds}), &st.grants}
+	}
+}
+
+type countingLocker struct {
+	dlocktest.Locker
+	grants *atomic.Int64
+}
+
+func (l countingLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	unlock, err := l.Locker.Lock(ctx, name)
+	if err == nil {
+		l.grants.Add(1)
+	}
+	return unlock, err
+}
+
+// cmdCounter is a go-redis hook that counts the commands a client sends.
+type cmdCounter struct{ n *atomic.Int64 }
+
+func (h cmdCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h cmdCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if !setup(cmd) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h cmdCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, cmd := range cmds {
+			if !setup(cmd) {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func setup(cmd goredis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
+}
+
+// subscriptions sums the server's SUBSCRIBE and UNSUBSCRIBE calls (INFO
+// commandstats).
+func subscriptions(b testing.TB, admin *goredis.Client) int64 {
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatalf("INFO commandstats: %v", err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		switch strings.TrimPrefix(name, "cmdstat_") {
+		case "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe", "sunsubscribe":
+			calls, _, _ := strings.Cut(rest, ",")
+			v, _ := strconv.ParseInt(calls, 10, 64)
+			n += v
+		}
+	}
+	return n
+}
