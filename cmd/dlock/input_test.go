@@ -172,3 +172,22 @@ func TestURLFromEnvironment(t *testing.T) {
 		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
 	}
 }
+
+func TestBackendError(t *testing.T) {
+	sqliteURL(t) // skips without the sqlite backend
+	missing := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "no", "such", "dir", "locks.db"))
+	for _, args := range [][]string{
+		{"run", "--url", missing, "--name", "x", "--", "sh", "-c", "echo ran"},
+		{"status", "--url", missing},
+	} {
+		r := runDlock(t, nil, args...)
+		if r.code != 5 || r.stdout != "" {
+			t.Errorf("%s: exit code %d, want 5; stdout %q", args[0], r.code, r.stdout)
+		}
+		for _, want := range []string{"sqlite", "backend unavailable", "does not exist"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("%s: stderr does not contain %q:\n%s", args[0], want, r.stderr)
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -167,10 +168,16 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	// Until the command runs, a signal ends dlock: opening and waiting are
+	// cancelled.
+	ictx, interrupted := interruptible(ctx, sigs)
+	octx, cancel := context.WithTimeout(ictx, openTimeout)
 	client, url, code := openClient(octx, e, f.url, f.verbose)
 	cancel()
 	if client == nil {
+		if sig := interrupted(); sig != nil {
+			return interruptCode(e, sig, fmt.Sprintf("while opening the backend for lock %q", f.name))
+		}
 		return code
 	}
 	defer func() {
@@ -179,9 +186,18 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 		}
 	}()
 
-	lease, code := acquire(ctx, e, client, f, mopts, sigs)
-	if lease == nil {
-		return code
+	lease, err := acquire(ictx, e, client, f, mopts)
+	if sig := interrupted(); sig != nil {
+		if lease != nil {
+			uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+			lease.Unlock(uctx)
+			cancel()
+		}
+		return interruptCode(e, sig, fmt.Sprintf("while waiting for lock %q on %s", f.name, client))
+	}
+	if err != nil {
+		e.errorf("%v", err)
+		return errorCode(err)
 	}
 	code = runHolding(e, f, lease, cmd, url, sigs)
 	timeout := unlockTimeout
@@ -191,19 +207,18 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 	uctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := lease.Unlock(uctx); err != nil && code != exitLost {
+		// The command's status stands: the lease was valid when it exited.
 		if errors.Is(err, dlock.ErrLeaseLost) {
-			// The command exited with the lease valid; it was lost after.
-			e.errorf("warning: %v", err)
+			e.errorf("%v (after %s had exited)", err, cmd.Args[0])
 		} else {
-			e.errorf("warning: %v; the lock frees when its TTL runs out", err)
+			e.errorf("%v; the lock frees when its TTL runs out", err)
 		}
 	}
 	return code
 }
 
-// acquire takes the lock as --wait says and returns the lease, or nil and
-// the exit code after reporting why not.
-func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []dlock.Option, sigs <-chan os.Signal) (*dlock.Lease, int) {
+// acquire takes the lock as --wait says.
+func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []dlock.Option) (*dlock.Lease, error) {
 	holders := make(chan dlock.Holder, 1) // the last holder seen while waiting
 	onWait := func(h dlock.Holder) {
 		e.errorf("waiting for lock %q on %s: %s", f.name, c, describeHolder(h))
@@ -214,46 +229,15 @@ func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []
 		holders <- h
 	}
 	m := c.Mutex(f.name, append(mopts, dlock.OnWait(onWait))...)
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	try := f.wait.set && f.wait.d == 0
-	if f.wait.set && !try {
+	if f.wait.set && f.wait.d == 0 {
+		return m.TryLock(ctx)
+	}
+	if f.wait.set {
+		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.wait.d)
 		defer cancel()
 	}
-	type result struct {
-		l   *dlock.Lease
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		var r result
-		if try {
-			r.l, r.err = m.TryLock(ctx)
-		} else {
-			r.l, r.err = m.Lock(ctx)
-		}
-		res <- r
-	}()
-	var r result
-	select {
-	case r = <-res:
-	case sig := <-sigs:
-		cancel()
-		r = <-res
-		if r.l != nil {
-			uctx, ucancel := context.WithTimeout(context.Background(), unlockTimeout)
-			r.l.Unlock(uctx)
-			ucancel()
-		}
-		e.errorf("interrupted by signal %d (%v) while waiting for lock %q on %s", signalNumber(sig), sig, f.name, c)
-		return nil, exitSignalled + signalNumber(sig)
-	}
-	if r.err == nil {
-		return r.l, exitOK
-	}
-	err := r.err
+	l, err := m.Lock(ctx)
 	var de *dlock.Error
 	if errors.Is(err, dlock.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded) && errors.As(err, &de) {
 		// Say who held it rather than "context deadline exceeded".
@@ -266,8 +250,38 @@ func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []
 		}
 		err = &dlock.Error{Op: de.Op, Name: de.Name, Backend: de.Backend, Kind: dlock.ErrNotAcquired, Err: cause}
 	}
-	e.errorf("%v", err)
-	return nil, errorCode(err)
+	return l, err
+}
+
+// interruptible returns a context that is cancelled when a signal arrives
+// on sigs, and a function that stops watching sigs and returns the signal
+// that arrived, or nil. After it, sigs is the caller's again.
+func interruptible(ctx context.Context, sigs <-chan os.Signal) (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var got os.Signal
+	go func() {
+		defer close(done)
+		select {
+		case got = <-sigs:
+			cancel()
+		case <-stop:
+		}
+	}()
+	var once sync.Once
+	return ctx, func() os.Signal {
+		once.Do(func() { close(stop) })
+		<-done
+		return got
+	}
+}
+
+// interruptCode reports that dlock was interrupted by sig and returns its
+// exit code.
+func interruptCode(e *env, sig os.Signal, while string) int {
+	e.errorf("interrupted by signal %d (%v) %s", signalNumber(sig), sig, while)
+	return exitSignalled + signalNumber(sig)
 }
 
 // describeHolder says who holds a lock for the waiting message.
