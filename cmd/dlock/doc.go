@@ -29,7 +29,10 @@
 // or could not be reached before the lease ran out — dlock sends SIGTERM to
 // COMMAND's process group, SIGKILL after --grace, and exits 4.
 // SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to dlock are passed on to
-// COMMAND's process group; the lock is released once COMMAND has exited.
+// COMMAND's process group, except those that dlock was started with
+// ignored (SIGHUP under nohup), which stay ignored by both; the lock is
+// released once COMMAND has exited. Suspending dlock for longer than the
+// TTL loses the lock.
 //
 // # Exit status of dlock run
 //

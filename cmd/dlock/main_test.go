@@ -102,11 +102,17 @@ func start(t *testing.T, env []string, args ...string) *proc {
 // startIn is start with stdin.
 func startIn(t *testing.T, env []string, stdin io.Reader, args ...string) *proc {
 	t.Helper()
+	return startProg(t, env, stdin, dlockBin, args...)
+}
+
+// startProg starts the program name (which runs dlock) as start does.
+func startProg(t *testing.T, env []string, stdin io.Reader, name string, args ...string) *proc {
+	t.Helper()
 	if env == nil {
 		env = testEnv(t)
 	}
 	p := &proc{t: t, done: make(chan struct{})}
-	p.cmd = exec.Command(dlockBin, args...)
+	p.cmd = exec.Command(name, args...)
 	p.cmd.Env = env
 	p.cmd.WaitDelay = 5 * time.Second // a leftover grandchild must not hang the test
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = stdin, &p.stdout, &p.stderr

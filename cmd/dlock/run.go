@@ -64,8 +64,9 @@ environment:
 If the lease is lost while COMMAND runs (the backend gave the lock away, or
 could not be reached until the lease ran out), dlock sends SIGTERM to
 COMMAND's process group, SIGKILL after --grace, and exits 4. SIGHUP, SIGINT,
-SIGQUIT and SIGTERM sent to dlock are passed on to COMMAND's process group;
-dlock releases the lock once COMMAND has exited. Suspending dlock (Ctrl-Z)
+SIGQUIT and SIGTERM sent to dlock are passed on to COMMAND's process group
+(except those dlock was started with ignored, e.g. SIGHUP under nohup: they
+stay ignored by both); dlock releases the lock once COMMAND has exited. Suspending dlock (Ctrl-Z)
 for longer than the TTL loses the lock.
 
 Flags:
@@ -164,8 +165,15 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 		return startFailureCode(cmd.Err)
 	}
 
+	// Signals that dlock was started with ignored (SIGHUP under nohup,
+	// SIGINT for a background job of a script) stay ignored, by dlock and
+	// by the command, which inherits that.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	for _, sig := range forwarded {
+		if !signal.Ignored(sig) {
+			signal.Notify(sigs, sig)
+		}
+	}
 	defer signal.Stop(sigs)
 
 	// Until the command runs, a signal ends dlock: opening and waiting are

@@ -89,3 +89,13 @@ func TestCommandHasItsOwnProcessGroup(t *testing.T) {
 		t.Errorf("command is in the test's process group")
 	}
 }
+
+// A signal ignored when dlock starts (nohup) stays ignored by dlock and
+// by the command.
+func TestIgnoredSignalsStayIgnored(t *testing.T) {
+	p := startProg(t, nil, nil, "sh", "-c", `trap "" HUP; exec "$0" "$@"`, dlockBin,
+		"run", "--url", "mem://", "--name", "x", "--", "sh", "-c", `kill -HUP $PPID; kill -HUP $$; sleep 0.2; echo survived`)
+	if code := p.wait(); code != 0 || p.stdout.String() != "survived\n" {
+		t.Fatalf("exit code %d, stdout %q; stderr:\n%s", code, p.stdout.String(), p.stderr.String())
+	}
+}
