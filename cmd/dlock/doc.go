@@ -42,6 +42,7 @@
 //	2      usage error: a bad flag, URL, lock name, owner or TTL
 //	3      the lock is busy: not acquired within --wait
 //	4      the lease was lost while COMMAND ran; COMMAND was terminated
+//	       (or had just exited)
 //	5      backend error: the backend cannot be opened or does not answer
 //	126    COMMAND cannot be executed (for example permission denied)
 //	127    COMMAND was not found

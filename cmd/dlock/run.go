@@ -86,6 +86,7 @@ Exit status:
   2       usage error: a bad flag, URL, lock name, owner or TTL
   3       the lock is busy: not acquired within --wait
   4       the lease was lost while COMMAND ran; COMMAND was terminated
+          (or had just exited)
   5       backend error: the backend cannot be opened or does not answer
   126     COMMAND cannot be executed (e.g. permission denied)
   127     COMMAND was not found
@@ -315,6 +316,11 @@ func runHolding(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, url stri
 		"DLOCK_URL="+url,
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	if err := lease.Err(); err != nil {
+		e.errorf("%v", err)
+		e.errorf("lost lock %q before %s could be started", f.name, cmd.Args[0])
+		return exitLost
+	}
 	ch, err := startChild(cmd)
 	if err != nil {
 		e.errorf("cannot run %q: %v", cmd.Args[0], err)
