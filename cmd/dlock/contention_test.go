@@ -87,7 +87,7 @@ func TestWaitTimesOut(t *testing.T) {
 func TestWaitsForTheHolder(t *testing.T) {
 	url := sqliteURL(t)
 	holder, owner := holdLock(t, url, "queue")
-	waiter := start(t, nil, "run", "--url", url, "--name", "queue", "--", "sh", "-c", `echo "token=$DLOCK_TOKEN"`)
+	waiter := start(t, nil, "run", "--url", url, "--name", "queue", "--fair", "--", "sh", "-c", `echo "token=$DLOCK_TOKEN"`)
 	waitStderr(t, waiter, "waiting for lock")
 	holder.stop()
 	if code := waiter.wait(); code != 0 {

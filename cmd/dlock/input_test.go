@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBadInput(t *testing.T) {
@@ -188,6 +189,31 @@ func TestBackendError(t *testing.T) {
 			if !strings.Contains(r.stderr, want) {
 				t.Errorf("%s: stderr does not contain %q:\n%s", args[0], want, r.stderr)
 			}
+		}
+	}
+}
+
+func TestDurationFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"500ms", 500 * time.Millisecond, true},
+		{"1m30s", 90 * time.Second, true},
+		{"0", 0, true},
+		{"2", 2 * time.Second, true},
+		{"2.5", 2500 * time.Millisecond, true},
+		{"-1s", -time.Second, true}, // refused by the command, with its own message
+		{"soon", 0, false},
+		{"NaN", 0, false},
+		{"1e300", 0, false},
+		{"", 0, false},
+	} {
+		var d optDuration
+		err := d.Set(tc.in)
+		if (err == nil) != tc.ok || tc.ok && (d.d != tc.want || !d.set) {
+			t.Errorf("Set(%q) = %v, %v (set %v); want %v, ok %v", tc.in, d.d, err, d.set, tc.want, tc.ok)
 		}
 	}
 }
