@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,7 +40,21 @@ func (h *handle) setLease(id clientv3.LeaseID) {
 // because etcd could not answer for now (a leader election takes 1-2 s).
 const retryBudget = 10 * time.Second
 
-// backoff returns the pause before retry number n (from 0).
+// attemptTimeout bounds one request of an acquisition: half the TTL, at
+// least 500ms and at most 5 s. A request to a leader that just died can
+// hang for etcd's request timeout (5 s + 2 election timeouts); a grant
+// that arrives that late would be of little use, since the Client counts
+// the lease from the moment it asked.
+func attemptTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl/2, 500*time.Millisecond), 5*time.Second)
+}
+
+// late reports whether a grant answered at elapsed after the attempt began
+// came too late to hand out: the Client's lease, counted from the start of
+// the attempt, would have less than half its TTL left.
+func late(elapsed, ttl time.Duration) bool { return elapsed > ttl/2 }
+
+// backoff returns the pause before retry number n (from 1).
 func backoff(n int) time.Duration {
 	return min(25*time.Millisecond<<min(n, 6), time.Second)
 }
@@ -62,85 +77,135 @@ func heldError(first *mvccpb.KeyValue) error {
 	return &dlock.HeldError{Holder: dlock.Holder{Owner: decode(first).Owner, Token: uint64(first.CreateRevision)}}
 }
 
+// retryable reports whether a request of an attempt that failed with err
+// (under actx, a per-attempt context of ctx) may be tried again.
+func retryable(ctx, actx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	return transient(err) || actx.Err() != nil || strings.Contains(err.Error(), "proposal dropped")
+}
+
 // Acquire grants a fresh lease of req.TTL (rounded up to whole seconds)
 // and, in one transaction, puts the acquisition's key if the lock's prefix
 // is empty, and otherwise reads the holder and — when req.Wait — enqueues
 // the key and reads its predecessor. When the holder's owner is req.Owner
 // it re-enters the hold instead. Requests that fail because etcd has no
-// leader or cannot be reached are retried for a few seconds.
+// leader or cannot be reached are retried for a few seconds; the
+// transaction is idempotent (the key is named after the lease, and a key
+// put by an attempt whose answer was lost is recognised as the caller's).
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, nil, err
 	}
+	start := time.Now()
 	need := ttlSeconds(req.TTL)
-	lr, err := b.cli.Grant(ctx, need)
-	if err != nil {
-		return dlock.Grant{}, nil, wrap(ctx, "granting a lease", err)
-	}
+	per := attemptTimeout(req.TTL)
 	lp := b.lockPrefix(req.Name)
-	h := &handle{name: req.Name, key: b.keyFor(req.Name, lr.ID), lease: lr.ID}
 	val := encode(req.Owner, 1)
-	keep := false // the lease is in use by a grant or a waiter
+	first := clientv3.WithFirstCreate()
+	last := clientv3.WithLastCreate()
+	empty := clientv3.Compare(clientv3.CreateRevision(lp), "=", 0).WithPrefix()
+
+	var lr *clientv3.LeaseGrantResponse // the attempt's lease; nil to grant one
+	keep := false                       // the lease is in use by a grant or a waiter
 	defer func() {
-		if !keep {
+		if lr != nil && !keep {
 			// Deletes the key too, if an attempt whose answer was lost put it.
 			b.revokeLater(lr.ID)
 		}
 	}()
-
-	first := clientv3.WithFirstCreate()
-	last := clientv3.WithLastCreate()
-	empty := clientv3.Compare(clientv3.CreateRevision(lp), "=", 0).WithPrefix()
-	put := clientv3.OpPut(h.key, val, clientv3.WithLease(lr.ID), clientv3.WithPrevKV())
-	var els []clientv3.Op
-	if req.Wait {
-		els = []clientv3.Op{clientv3.OpGet(lp, first...), clientv3.OpGet(lp, last...), put}
-	} else {
-		els = []clientv3.Op{clientv3.OpGet(lp, first...)}
-	}
-	start := time.Now()
+	var lastErr error
 	for attempt := 0; ; attempt++ {
-		tr, err := b.cli.Txn(ctx).If(empty).Then(put).Else(els...).Commit()
-		if err != nil {
-			if transient(err) && ctx.Err() == nil && time.Since(start) < retryBudget {
-				if sleepCtx(ctx, backoff(attempt)) == nil {
+		if attempt > 0 {
+			if time.Since(start) > retryBudget || sleepCtx(ctx, backoff(attempt)) != nil {
+				return dlock.Grant{}, nil, wrap(ctx, "acquiring", lastErr)
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, per)
+		if lr == nil {
+			var err error
+			if lr, err = b.cli.Grant(actx, need); err != nil {
+				lr, lastErr = nil, err
+				if retryable(ctx, actx, err) {
+					cancel()
 					continue
 				}
+				cancel()
+				return dlock.Grant{}, nil, wrap(ctx, "granting a lease", err)
 			}
-			return dlock.Grant{}, nil, wrap(ctx, "acquiring", err)
 		}
-		if tr.Succeeded {
-			keep = true
-			return dlock.Grant{Token: uint64(tr.Header.Revision), Count: 1, Handle: h}, nil, nil
+		h := &handle{name: req.Name, key: b.keyFor(req.Name, lr.ID), lease: lr.ID}
+		put := clientv3.OpPut(h.key, val, clientv3.WithLease(lr.ID), clientv3.WithPrevKV())
+		els := []clientv3.Op{clientv3.OpGet(lp, first...)}
+		if req.Wait {
+			els = append(els, clientv3.OpGet(lp, last...), put)
 		}
-		holder := firstKV(tr, 0)
-		if holder != nil && string(holder.Key) == h.key {
-			// An earlier attempt put the key and its answer was lost.
-			keep = true
-			return dlock.Grant{Token: uint64(holder.CreateRevision), Count: max(decode(holder).Holds, 1), Handle: h}, nil, nil
-		}
-		if holder != nil && decode(holder).Owner == req.Owner {
-			g, err := b.reenter(ctx, req, holder, need)
-			if errors.Is(err, errHolderChanged) && attempt < 10 {
+		tr, err := b.cli.Txn(actx).If(empty).Then(put).Else(els...).Commit()
+		if err != nil {
+			lastErr = err
+			switch {
+			case leaseNotFound(err):
+				lr = nil // it expired while etcd could not answer, and took any key with it
+				cancel()
+				continue
+			case retryable(ctx, actx, err):
+				cancel()
 				continue
 			}
-			// keep stays false: revoking the unused lease also takes the
-			// key that a waiting request enqueued out of the queue.
-			return g, nil, err
+			cancel()
+			return dlock.Grant{}, nil, wrap(ctx, "acquiring", err)
 		}
-		if !req.Wait {
-			return dlock.Grant{}, nil, heldError(holder)
+		cancel()
+		holder := firstKV(tr, 0)
+		token := tr.Header.Revision
+		if !tr.Succeeded && holder != nil && string(holder.Key) == h.key {
+			// An earlier attempt put the key and its answer was lost.
+			token = holder.CreateRevision
+		} else if !tr.Succeeded {
+			if holder != nil && decode(holder).Owner == req.Owner {
+				g, err := b.reenter(ctx, req, holder, need)
+				if errors.Is(err, errHolderChanged) && attempt < 10 {
+					lastErr = err
+					continue
+				}
+				// keep stays false: revoking the unused lease also takes the
+				// key that a waiting request enqueued out of the queue.
+				return g, nil, err
+			}
+			if !req.Wait {
+				return dlock.Grant{}, nil, heldError(holder)
+			}
+			w := &waiter{b: b, req: req, need: need, h: h, ttl: lr.TTL, lastKA: start}
+			w.rev = tr.Header.Revision
+			if pr := tr.Responses[2].GetResponsePut(); pr != nil && pr.PrevKv != nil {
+				w.rev = pr.PrevKv.CreateRevision // put by an earlier attempt
+			}
+			if pred := firstKV(tr, 1); pred != nil && pred.CreateRevision < w.rev {
+				w.pred, w.seen = string(pred.Key), tr.Header.Revision
+			}
+			keep = true
+			return dlock.Grant{}, w, heldError(holder)
 		}
-		w := &waiter{b: b, req: req, need: need, h: h, ttl: lr.TTL, lastKA: start}
-		w.rev = tr.Header.Revision
-		if pr := tr.Responses[2].GetResponsePut(); pr != nil && pr.PrevKv != nil {
-			w.rev = pr.PrevKv.CreateRevision // put by an earlier attempt
-		}
-		if pred := firstKV(tr, 1); pred != nil && pred.CreateRevision < w.rev {
-			w.pred, w.seen = string(pred.Key), tr.Header.Revision
+		// Granted.
+		if elapsed := time.Since(start); late(elapsed, req.TTL) {
+			if !req.Wait {
+				return dlock.Grant{}, nil, &kindError{kind: dlock.ErrBackendUnavailable,
+					msg: fmt.Sprintf("etcd: the grant came %v after the request, more than half the TTL of %v; given back", elapsed.Round(time.Millisecond), req.TTL)}
+			}
+			// The key is the lowest and stays queued; the waiter confirms
+			// the grant with a fresh attempt, which the Client times anew.
+			keep = true
+			w := &waiter{b: b, req: req, need: need, h: h, ttl: lr.TTL, rev: token, lastKA: start}
+			return dlock.Grant{}, w, &kindError{kind: dlock.ErrNotAcquired,
+				msg: fmt.Sprintf("etcd: the grant came %v after the request; confirming it", elapsed.Round(time.Millisecond))}
 		}
 		keep = true
-		return dlock.Grant{}, w, heldError(holder)
+		count := 1
+		if holder != nil && string(holder.Key) == h.key {
+			count = max(decode(holder).Holds, 1)
+		}
+		return dlock.Grant{Token: uint64(token), Count: count, Handle: h}, nil, nil
 	}
 }
 
@@ -249,24 +314,26 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	lp := b.lockPrefix(w.req.Name)
 	sent := time.Now()
 	lease := h.leaseID()
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
+	defer cancel()
 	type kaResult struct {
 		ttl int64
 		err error
 	}
 	kac := make(chan kaResult, 1)
 	go func() {
-		ttls, err := b.keepAlive(ctx, []clientv3.LeaseID{lease})
+		ttls, err := b.keepAlive(actx, []clientv3.LeaseID{lease})
 		kac <- kaResult{ttls[lease], err}
 	}()
 	mine := clientv3.Compare(clientv3.CreateRevision(h.key), "=", w.rev)
-	tr, err := b.cli.Txn(ctx).If(mine).
+	tr, err := b.cli.Txn(actx).If(mine).
 		Then(clientv3.OpGet(h.key),
 			clientv3.OpGet(lp, clientv3.WithFirstCreate()...),
 			clientv3.OpGet(lp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1))...)).
 		Commit()
 	ka := <-kac
 	if err != nil {
-		return dlock.Grant{}, w.failed(ctx, "checking the queue", err)
+		return dlock.Grant{}, w.failed(ctx, actx, "checking the queue", err)
 	}
 	if !tr.Succeeded {
 		return dlock.Grant{}, w.gone(lease)
@@ -289,15 +356,19 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		// the key becoming the lowest and this check, moved it to a longer
 		// lease.
 		r := &renewal{h: h, owner: w.req.Owner, token: w.rev, need: w.need}
-		b.renewAll(ctx, []*renewal{r})
+		b.renewAll(actx, []*renewal{r})
 		if r.err != nil {
 			if errors.Is(r.err, dlock.ErrLeaseLost) {
 				return dlock.Grant{}, w.gone(lease)
 			}
-			return dlock.Grant{}, w.failed(ctx, "keeping the lease alive", r.err)
+			return dlock.Grant{}, w.failed(ctx, actx, "keeping the lease alive", r.err)
 		}
 	} else if ka.err != nil {
-		return dlock.Grant{}, w.failed(ctx, "keeping the lease alive", ka.err)
+		return dlock.Grant{}, w.failed(ctx, actx, "keeping the lease alive", ka.err)
+	}
+	if elapsed := time.Since(sent); late(elapsed, w.req.TTL) {
+		// Still the lowest key: the next attempt, timed anew, grants it.
+		return dlock.Grant{}, w.again("confirming the grant", fmt.Errorf("answered %v after the request, more than half the TTL", elapsed.Round(time.Millisecond)))
 	}
 	return dlock.Grant{Token: uint64(w.rev), Count: max(decode(own).Holds, 1), Handle: h}, nil
 }
@@ -305,10 +376,17 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 // failed turns an etcd error of an attempt into the waiter's answer: an
 // error matching dlock.ErrNotAcquired if etcd could not answer for now, so
 // that the Client waits (a moment) and tries again; the error otherwise.
-func (w *waiter) failed(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil || !transient(err) {
+func (w *waiter) failed(ctx, actx context.Context, what string, err error) error {
+	if !retryable(ctx, actx, err) {
 		return wrap(ctx, what, err)
 	}
+	return w.again(what, err)
+}
+
+// again makes the next Wait return after a short pause, for another
+// attempt, and returns an error matching dlock.ErrNotAcquired so that the
+// Client makes it.
+func (w *waiter) again(what string, err error) error {
 	w.retry++
 	w.pred = ""
 	return &kindError{kind: dlock.ErrNotAcquired, msg: fmt.Sprintf("etcd: %s failed (will retry)", what), err: err}

@@ -138,6 +138,15 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 	if len(items) == 0 {
 		return
 	}
+	// A request that etcd does not answer soon (one that went to a leader
+	// that just died waits for etcd's request timeout, 5 s or more) is
+	// given up early enough for the Client to try again within the TTL.
+	shortest := items[0].need
+	for _, it := range items {
+		shortest = min(shortest, it.need)
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(max(time.Duration(shortest)*time.Second/4, 250*time.Millisecond), 5*time.Second))
+	defer cancel()
 	ids := make([]clientv3.LeaseID, len(items))
 	keys := make([]string, len(items))
 	for i, it := range items {
