@@ -13,7 +13,15 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the tests cause many on purpose.
+	goredis.SetLogger(quiet{})
+	goleak.VerifyTestMain(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // newClient returns a go-redis client on addr, closed when the test ends.
 func newClient(t testing.TB, addr string) *goredis.Client {
