@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -32,12 +31,13 @@ type Config struct {
 	Desc string
 
 	// Local is the in-process state shared with the other engines of this
-	// process on the same store; nil gives the engine its own.
+	// process on the same store, with its Feed; its owner closes it. nil
+	// gives the engine a Local of its own, with Feed, which Close closes.
 	Local *Local
 
-	// Feed reports changes committed by other connections (processes);
-	// the engine closes it. nil: waiters look at the lock's state again
-	// at a backing-off interval (5 ms to 100 ms) instead.
+	// Feed reports changes committed by other connections (processes),
+	// when Local is nil. nil: waiters look at the lock's state again at a
+	// backing-off interval (5 ms to 100 ms) instead.
 	Feed Feed
 
 	// OnClose, if set, is called by Close after the engine has stopped,
@@ -63,10 +63,12 @@ type Engine struct {
 	table   string
 	desc    string
 	q       statements
-	local   *Local
-	feed    Feed
-	wttl    time.Duration
+	local    *Local
+	ownLocal bool
+	wttl     time.Duration
 	onClose func() error
+
+	pool pool // e.db through prepared statements
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -93,10 +95,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, cfg Config) (*Engine, error
 	case cfg.WaiterTimeout == 0:
 		cfg.WaiterTimeout = DefaultWaiterTimeout
 	case cfg.WaiterTimeout < MinWaiterTimeout:
-		return nil, fmt.Errorf("%w: waiter timeout %v is below the minimum %v", dlock.ErrInvalidOption, cfg.WaiterTimeout, MinWaiterTimeout)
-	}
-	if cfg.Local == nil {
-		cfg.Local = NewLocal()
+		return nil, errorf(dlock.ErrInvalidOption, "waiter timeout %v is below the minimum %v", cfg.WaiterTimeout, MinWaiterTimeout)
 	}
 	if cfg.Desc == "" {
 		cfg.Desc = d.Name
@@ -104,8 +103,12 @@ func New(ctx context.Context, db *sql.DB, d Dialect, cfg Config) (*Engine, error
 	e := &Engine{
 		db: db, d: d, table: cfg.Table, desc: cfg.Desc,
 		q:     newStatements(d, cfg.Table),
-		local: cfg.Local, feed: cfg.Feed, wttl: cfg.WaiterTimeout, onClose: cfg.OnClose,
+		local: cfg.Local, wttl: cfg.WaiterTimeout, onClose: cfg.OnClose,
 	}
+	if e.local == nil {
+		e.local, e.ownLocal = NewLocal(cfg.Feed), true
+	}
+	e.pool = pool{db: db, stmts: new(sync.Map)}
 	if !cfg.NoMigrate {
 		if err := Migrate(ctx, db, d, cfg.Table); err != nil {
 			return nil, err
@@ -120,15 +123,17 @@ func (e *Engine) String() string { return e.desc }
 // Table returns the lease table's name.
 func (e *Engine) Table() string { return e.table }
 
-// Close stops the feed and calls Config.OnClose. Later calls of other
+// Close closes its own Local (and so the Feed) if Config.Local was nil,
+// and calls Config.OnClose. Later calls of other
 // methods return errors matching [dlock.ErrClosed]. It does not close db.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
 		var errs []error
-		if e.feed != nil {
-			errs = append(errs, e.feed.Close())
+		if e.ownLocal {
+			errs = append(errs, e.local.Close())
 		}
+		errs = append(errs, e.pool.close())
 		if e.onClose != nil {
 			errs = append(errs, e.onClose())
 		}
@@ -139,7 +144,7 @@ func (e *Engine) Close() error {
 
 func (e *Engine) checkOpen() error {
 	if e.closed.Load() {
-		return fmt.Errorf("%w: %s backend is closed", dlock.ErrClosed, e.d.Name)
+		return errorf(dlock.ErrClosed, "%s backend is closed", e.d.Name)
 	}
 	return nil
 }
@@ -161,7 +166,7 @@ func (e *Engine) wrap(err error) error {
 	}
 	switch e.classify(err) {
 	case Retry, Unavailable:
-		return fmt.Errorf("%w: %w", dlock.ErrBackendUnavailable, err)
+		return errorf(dlock.ErrBackendUnavailable, "%w", err)
 	}
 	return err
 }
@@ -242,10 +247,66 @@ func (e *Engine) tx(ctx context.Context, fn func(*sql.Conn) error) (err error) {
 	return nil
 }
 
-// querier is a *sql.DB or a *sql.Conn.
+// querier is a pool or a *sql.Conn (in a transaction).
 type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// pool runs statements on the engine's *sql.DB through prepared statements,
+// made on first use and kept until Close: the engine runs a handful of
+// statements very often, and parsing them each time would cost more than
+// running them.
+type pool struct {
+	db    *sql.DB
+	stmts *sync.Map // query → *sql.Stmt
+	mu    sync.Mutex
+}
+
+func (p *pool) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	count(query)
+	if st, ok := p.stmts.Load(query); ok {
+		return st.(*sql.Stmt), nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st, ok := p.stmts.Load(query); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := p.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	p.stmts.Store(query, st)
+	return st, nil
+}
+
+func (p *pool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := p.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (p *pool) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := p.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (p *pool) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	p.stmts.Range(func(k, st any) bool {
+		errs = append(errs, st.(*sql.Stmt).Close())
+		p.stmts.Delete(k)
+		return true
+	})
+	return errors.Join(errs...)
 }
 
 // queryOne runs a query that returns at most one row and scans it into
@@ -288,11 +349,11 @@ func ttlMillis(d time.Duration) int64 {
 func checkRequest(req dlock.Request) error {
 	switch {
 	case req.Name == "":
-		return fmt.Errorf("%w: empty name", dlock.ErrInvalidName)
+		return errorf(dlock.ErrInvalidName, "empty name")
 	case req.Owner == "":
-		return fmt.Errorf("%w: empty owner", dlock.ErrInvalidOption)
+		return errorf(dlock.ErrInvalidOption, "empty owner")
 	case req.TTL <= 0:
-		return fmt.Errorf("%w: TTL %v is not positive", dlock.ErrInvalidOption, req.TTL)
+		return errorf(dlock.ErrInvalidOption, "TTL %v is not positive", req.TTL)
 	}
 	return nil
 }
@@ -392,16 +453,16 @@ func refusal(s lockState, owner string) error {
 		return &dlock.HeldError{Holder: dlock.Holder{Owner: s.owner, Token: s.token, TTL: s.remaining}}
 	}
 	if s.ahead > 0 {
-		return fmt.Errorf("%w: free, but %d fair waiter(s) are queued first", dlock.ErrNotAcquired, s.ahead)
+		return errorf(dlock.ErrNotAcquired, "free, but %d fair waiter(s) are queued first", s.ahead)
 	}
-	return fmt.Errorf("%w: taken and released by others meanwhile", dlock.ErrNotAcquired)
+	return errorf(dlock.ErrNotAcquired, "taken and released by others meanwhile")
 }
 
 // try makes the attempts of a request that is not in the fair queue: when
 // an attempt is refused but the state read right after says the lock is
 // free, it tries again (a few times), so that a refusal comes with the
-// holder that caused it.
-func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, error) {
+// holder that caused it. It returns that state with the refusal.
+func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockState, error) {
 	var s lockState
 	for range 3 {
 		var (
@@ -410,28 +471,29 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, error
 		)
 		err := e.write(ctx, func(ctx context.Context) error {
 			var err error
-			g, ok, err = e.attempt(ctx, e.db, req, noSeq)
+			g, ok, err = e.attempt(ctx, &e.pool, req, noSeq)
 			return err
 		})
 		if err != nil {
-			return dlock.Grant{}, e.wrap(err)
+			return dlock.Grant{}, s, e.wrap(err)
 		}
 		if ok {
-			return g, nil
+			e.local.forget(req.Name)
+			return g, s, nil
 		}
 		err = e.retry(ctx, func(ctx context.Context) error {
 			var err error
-			s, err = e.state(ctx, e.db, req.Name, noSeq)
+			s, err = e.state(ctx, &e.pool, req.Name, noSeq)
 			return err
 		})
 		if err != nil {
-			return dlock.Grant{}, e.wrap(err)
+			return dlock.Grant{}, s, e.wrap(err)
 		}
 		if !s.mayAcquire(req.Owner) {
 			break
 		}
 	}
-	return dlock.Grant{}, refusal(s, req.Owner)
+	return dlock.Grant{}, s, refusal(s, req.Owner)
 }
 
 // Acquire makes one attempt to grant req; see [dlock.Backend]. A request
@@ -449,7 +511,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 		return dlock.Grant{}, nil, err
 	}
 	if !(req.Fair && req.Wait) {
-		g, err := e.try(ctx, req)
+		g, _, err := e.try(ctx, req)
 		if err != nil && req.Wait && errors.Is(err, dlock.ErrNotAcquired) {
 			return dlock.Grant{}, e.newWaiter(req, noSeq), err
 		}
@@ -478,6 +540,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	case err != nil:
 		return dlock.Grant{}, nil, e.wrap(err)
 	case ok:
+		e.local.forget(req.Name)
 		return g, nil, nil
 	}
 	return dlock.Grant{}, e.newWaiter(req, seq), refusal(s, req.Owner)
@@ -514,20 +577,20 @@ func (e *Engine) lost(ctx context.Context, h dlock.Hold) error {
 	var s lockState
 	err := e.retry(ctx, func(ctx context.Context) error {
 		var err error
-		s, err = e.state(ctx, e.db, h.Name, noSeq)
+		s, err = e.state(ctx, &e.pool, h.Name, noSeq)
 		return err
 	})
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: token %d (and reading the lock's state failed: %v)", dlock.ErrLeaseLost, h.Token, err)
+		return errorf(dlock.ErrLeaseLost, "token %d (and reading the lock's state failed: %v)", h.Token, err)
 	case !s.exists:
-		return fmt.Errorf("%w: token %d: the lock has no row", dlock.ErrLeaseLost, h.Token)
+		return errorf(dlock.ErrLeaseLost, "token %d: the lock has no row", h.Token)
 	case s.heldByOther(h.Owner) || s.holds > 0 && s.remaining > 0 && s.token != h.Token:
-		return fmt.Errorf("%w: held by %q with token %d", dlock.ErrLeaseLost, s.owner, s.token)
+		return errorf(dlock.ErrLeaseLost, "held by %q with token %d", s.owner, s.token)
 	case s.token != h.Token:
-		return fmt.Errorf("%w: token %d was followed by token %d", dlock.ErrLeaseLost, h.Token, s.token)
+		return errorf(dlock.ErrLeaseLost, "token %d was followed by token %d", h.Token, s.token)
 	}
-	return fmt.Errorf("%w: token %d expired or released", dlock.ErrLeaseLost, h.Token)
+	return errorf(dlock.ErrLeaseLost, "token %d expired or released", h.Token)
 }
 
 // Renew extends the hold h to ttl from now by the database's clock, if h
@@ -538,7 +601,7 @@ func (e *Engine) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) err
 	}
 	var n int64
 	err := e.write(ctx, func(ctx context.Context) error {
-		res, err := e.db.ExecContext(ctx, e.q.renew, ttlMillis(ttl), h.Name, h.Owner, int64(h.Token))
+		res, err := e.pool.ExecContext(ctx, e.q.renew, ttlMillis(ttl), h.Name, h.Owner, int64(h.Token))
 		if err != nil {
 			return err
 		}
@@ -616,10 +679,10 @@ func (e *Engine) Release(ctx context.Context, h dlock.Hold) error {
 		args := []any{h.Name, h.Owner, int64(h.Token)}
 		if e.d.Returning {
 			var err error
-			done, err = queryOne(ctx, e.db, e.q.release, args, &holds)
+			done, err = queryOne(ctx, &e.pool, e.q.release, args, &holds)
 			return err
 		}
-		res, err := e.db.ExecContext(ctx, e.q.release, args...)
+		res, err := e.pool.ExecContext(ctx, e.q.release, args...)
 		if err != nil {
 			return err
 		}
@@ -648,7 +711,7 @@ func (e *Engine) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, 
 	var out []dlock.LockInfo
 	err := e.retry(ctx, func(ctx context.Context) error {
 		out = nil
-		rows, err := e.db.QueryContext(ctx, e.q.inspect, prefix)
+		rows, err := e.pool.QueryContext(ctx, e.q.inspect, prefix)
 		if err != nil {
 			return err
 		}

@@ -2,32 +2,75 @@ package sqllock
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 )
 
-// Local is the in-process state that the engines on one store share: a
-// per-name notification that wakes the waiters of this process at once
-// when a lock is released here, and a write lock that serializes this
-// process's writing statements so that they queue in Go instead of
-// spinning in the database's busy handler. Engines on the same database
-// (file, table) in one process should share one Local; engines on
-// different stores must not (they would only wake each other in vain).
+// Local is the in-process state that the engines on one store (a database
+// and lease table) share within a process:
+//
+//   - The Feed, so that a process polls the store once however many
+//     engines it has on it.
+//   - The waiters of this process, per name. A release (or a fair waiter
+//     leaving) here wakes one of them at once — the fair waiter with the
+//     lowest sequence if there is one, otherwise the plain waiter that has
+//     waited longest — rather than all of them, which would then all try
+//     and all but one fail. The woken waiter holds the baton until its
+//     attempt is over; if it gives up before trying, the baton passes on.
+//     While a baton is out, the other plain waiters of the name do not try
+//     on their own. Changes made by other processes reach every waiter
+//     through the Feed.
+//   - The last look at each name's state in the Feed's current generation:
+//     every waiter woken by one change needs a look taken after the
+//     change, and one look serves them all.
+//   - A write lock that serializes this process's writing statements, so
+//     that they queue in Go instead of in the database's busy handler.
+//
+// Engines on different stores must not share a Local.
 type Local struct {
+	feed  Feed
 	write chan struct{} // a semaphore of one
 
 	mu    sync.Mutex
-	names map[string]*nameWatch
+	names map[string]*nameState
 }
 
-// nameWatch is the notification of one name, kept while waiters use it.
-type nameWatch struct {
-	ch   chan struct{} // closed at the next change; replaced then
-	refs int
+type nameState struct {
+	slots []*slot // registered waiters in registration order
+	look  *cachedLook
 }
 
-// NewLocal returns a Local for one store.
-func NewLocal() *Local {
-	return &Local{write: make(chan struct{}, 1), names: make(map[string]*nameWatch)}
+// cachedLook is a look at a lock's state (as seen by a request outside the
+// fair queue) taken in the feed generation gen, at the local time at.
+type cachedLook struct {
+	gen <-chan struct{}
+	s   lockState
+	at  time.Time
+}
+
+// slot is one waiter's registration.
+type slot struct {
+	name   string
+	fair   bool
+	seq    int64         // fair: the queue row's sequence
+	ch     chan struct{} // closed when the waiter is woken
+	woken  bool          // ch is closed and the waiter has not tried since
+	trying bool          // the waiter's attempt is in flight
+}
+
+// NewLocal returns a Local for one store, with feed (nil: none). Close
+// closes the feed.
+func NewLocal(feed Feed) *Local {
+	return &Local{feed: feed, write: make(chan struct{}, 1), names: make(map[string]*nameState)}
+}
+
+// Close closes the feed.
+func (l *Local) Close() error {
+	if l.feed == nil {
+		return nil
+	}
+	return l.feed.Close()
 }
 
 // lockWrite takes the write lock, or gives up when ctx is done.
@@ -42,41 +85,172 @@ func (l *Local) lockWrite(ctx context.Context) error {
 
 func (l *Local) unlockWrite() { <-l.write }
 
-// watch registers interest in name; unwatch ends it.
-func (l *Local) watch(name string) *nameWatch {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	w := l.names[name]
-	if w == nil {
-		w = &nameWatch{ch: make(chan struct{})}
-		l.names[name] = w
+// name returns the state of name, creating it. l.mu is held.
+func (l *Local) name(name string) *nameState {
+	n := l.names[name]
+	if n == nil {
+		n = &nameState{}
+		l.names[name] = n
 	}
-	w.refs++
-	return w
+	return n
 }
 
-func (l *Local) unwatch(name string, w *nameWatch) {
+// register adds a waiter for name.
+func (l *Local) register(name string, fair bool, seq int64) *slot {
+	s := &slot{name: name, fair: fair, seq: seq, ch: make(chan struct{})}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	w.refs--
-	if w.refs == 0 && l.names[name] == w {
-		delete(l.names, name)
+	n := l.name(name)
+	n.slots = append(n.slots, s)
+	return s
+}
+
+// unregister removes s; if it held the baton without trying, the next
+// waiter gets it.
+func (l *Local) unregister(s *slot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.names[s.name]
+	if n == nil {
+		return
+	}
+	if i := slices.Index(n.slots, s); i >= 0 {
+		n.slots = slices.Delete(n.slots, i, i+1)
+	}
+	if len(n.slots) == 0 {
+		delete(l.names, s.name)
+		return
+	}
+	if s.woken || s.trying {
+		s.woken, s.trying = false, false
+		l.wakeLocked(n)
 	}
 }
 
-// changed returns the channel that the next signal of w's name closes.
-func (l *Local) changed(w *nameWatch) <-chan struct{} {
+// setSeq records a fair waiter's new sequence (it queued again).
+func (l *Local) setSeq(s *slot, seq int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return w.ch
+	s.seq = seq
 }
 
-// signal wakes the waiters of name in this process.
+// changed returns the channel that wakes s.
+func (l *Local) changed(s *slot) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return s.ch
+}
+
+// consume uses up a wake-up that s got: a fair waiter calls it before it
+// looks, a plain one before it tries (then with trying, until tried). It
+// returns the channel of the next wake-up.
+func (l *Local) consume(s *slot, trying bool) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.woken {
+		s.woken = false
+		s.trying = trying
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// tried ends the attempt that consume(s, true) began.
+func (l *Local) tried(s *slot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s.trying = false
+}
+
+// batonOut reports whether another plain waiter than s of its name was
+// woken by a release here and has not finished its attempt.
+func (l *Local) batonOut(s *slot) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.names[s.name]
+	if n == nil {
+		return false
+	}
+	for _, o := range n.slots {
+		if o != s && !o.fair && (o.woken || o.trying) {
+			return true
+		}
+	}
+	return false
+}
+
+// signal wakes one waiter of name in this process (see Local) and drops
+// the cached look, which the change made stale.
 func (l *Local) signal(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if w := l.names[name]; w != nil {
-		close(w.ch)
-		w.ch = make(chan struct{})
+	if n := l.names[name]; n != nil {
+		n.look = nil
+		l.wakeLocked(n)
+	}
+}
+
+func (l *Local) wakeLocked(n *nameState) {
+	var next *slot
+	for _, s := range n.slots {
+		if s.fair && (next == nil || !next.fair || s.seq < next.seq) {
+			next = s
+		}
+	}
+	if next != nil {
+		if !next.woken {
+			next.woken = true
+			close(next.ch)
+		}
+		return // the fair waiter first in line (awake already or now)
+	}
+	// The plain waiter that has waited longest and is not awake yet.
+	for _, s := range n.slots {
+		if !s.woken && !s.trying {
+			s.woken = true
+			close(s.ch)
+			return
+		}
+	}
+}
+
+// cached returns the look at name taken in the feed generation gen, with
+// its remaining times brought up to now, if there is one.
+func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
+	if gen == nil {
+		return lockState{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.names[name]
+	if n == nil || n.look == nil || n.look.gen != gen {
+		return lockState{}, false
+	}
+	s := n.look.s
+	age := time.Since(n.look.at)
+	s.remaining -= age
+	s.aheadTTL -= age
+	return s, true
+}
+
+// cache keeps a look at name taken in the feed generation gen, at local
+// time at (taken before the read).
+func (l *Local) cache(name string, gen <-chan struct{}, s lockState, at time.Time) {
+	if gen == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := l.names[name]; n != nil {
+		n.look = &cachedLook{gen: gen, s: s, at: at}
+	}
+}
+
+// forget drops the cached look at name: this process changed the lock.
+func (l *Local) forget(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := l.names[name]; n != nil {
+		n.look = nil
 	}
 }

@@ -20,7 +20,7 @@ const MaxTableLen = 48
 // digit. Names are written into statements, so nothing else is accepted.
 func CheckTable(name string) error {
 	if name == "" || len(name) > MaxTableLen {
-		return fmt.Errorf("%w: table name %q must be 1-%d characters", dlock.ErrInvalidOption, name, MaxTableLen)
+		return errorf(dlock.ErrInvalidOption, "table name %q must be 1-%d characters", name, MaxTableLen)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -28,7 +28,7 @@ func CheckTable(name string) error {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
 		case c >= '0' && c <= '9' && i > 0:
 		default:
-			return fmt.Errorf("%w: table name %q: only ASCII letters, digits and '_' are allowed, not starting with a digit", dlock.ErrInvalidOption, name)
+			return errorf(dlock.ErrInvalidOption, "table name %q: only ASCII letters, digits and '_' are allowed, not starting with a digit", name)
 		}
 	}
 	return nil
@@ -50,7 +50,7 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	if err := CheckTable(table); err != nil {
 		return err
 	}
-	e := &Engine{db: db, d: d, local: NewLocal()}
+	e := &Engine{db: db, d: d, local: NewLocal(nil)}
 	err := e.write(ctx, func(ctx context.Context) error {
 		return e.tx(ctx, func(c *sql.Conn) error {
 			for _, q := range d.Schema(table, WaitersTable(table)) {

@@ -25,10 +25,20 @@ type waiter struct {
 	req   dlock.Request
 	seq   int64 // the queue row; noSeq when not in the fair queue
 	fair  bool
-	nw    *nameWatch
+	slot  *slot // the waiter's registration with Local
 	sub   Subscription // from the first Wait on; nil without a Feed
 	beat  time.Time    // send time of the last refresh of the queue row
 	ended bool
+
+	// pending is the look at the state right after the last refused
+	// attempt, with the channels taken before that attempt: the next Wait
+	// starts from it instead of reading the state again.
+	pending *pendingLook
+}
+
+type pendingLook struct {
+	s             lockState
+	local, remote <-chan struct{}
 }
 
 var errEnded = errors.New("waiter already ended by a grant or Cancel")
@@ -36,12 +46,13 @@ var errEnded = errors.New("waiter already ended by a grant or Cancel")
 func (e *Engine) newWaiter(req dlock.Request, seq int64) *waiter {
 	return &waiter{
 		e: e, req: req, seq: seq, fair: seq != noSeq,
-		nw:   e.local.watch(req.Name),
+		slot: e.local.register(req.Name, seq != noSeq, seq),
 		beat: time.Now(),
 	}
 }
 
-// end drops the waiter's watches. The queue row is the caller's business.
+// end drops the waiter's registrations. The queue row is the caller's
+// business.
 func (w *waiter) end() {
 	if w.ended {
 		return
@@ -50,8 +61,27 @@ func (w *waiter) end() {
 	if w.sub != nil {
 		w.sub.Close()
 	}
-	w.e.local.unwatch(w.req.Name, w.nw)
+	w.e.local.unregister(w.slot)
 }
+
+// channels returns the channels that a change after this call closes;
+// consume says the waiter is about to try (plain) or to look (fair), which
+// uses up an in-process wake-up it got.
+func (w *waiter) channels(consume bool) (local, remote <-chan struct{}) {
+	if consume {
+		local = w.e.local.consume(w.slot, !w.fair)
+	} else {
+		local = w.e.local.changed(w.slot)
+	}
+	if w.sub != nil {
+		remote = w.sub.Changed()
+	}
+	return local, remote
+}
+
+// deferDelay is how long a plain waiter that finds the lock free waits
+// again while another waiter of this process, woken by a release, tries.
+const deferDelay = 5 * time.Millisecond
 
 // Wait returns when an attempt may succeed: the lock is free (or expired)
 // and, for a fair waiter, no live waiter is queued before it; or when ctx
@@ -70,8 +100,8 @@ func (w *waiter) Wait(ctx context.Context) error {
 	if err := w.e.checkOpen(); err != nil {
 		return err
 	}
-	if w.sub == nil && w.e.feed != nil {
-		sub, err := w.e.feed.Subscribe(ctx)
+	if feed := w.e.local.feed; w.sub == nil && feed != nil {
+		sub, err := feed.Subscribe(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -82,33 +112,46 @@ func (w *waiter) Wait(ctx context.Context) error {
 	}
 	every := w.e.wttl / 3
 	fallback := fallbackMin
+	p := w.pending
+	w.pending = nil
 	for {
-		// The channels first, then the look: a change after the look
-		// closes one of them.
-		local := w.e.local.changed(w.nw)
-		var remote <-chan struct{}
-		if w.sub != nil {
-			remote = w.sub.Changed()
-		}
-		if w.fair && time.Since(w.beat) >= every {
-			if err := w.heartbeat(ctx); err != nil && ctx.Err() != nil {
-				return ctx.Err()
+		var (
+			s             lockState
+			local, remote <-chan struct{}
+		)
+		if p != nil {
+			s, local, remote = p.s, p.local, p.remote
+			p = nil
+		} else {
+			// The channels first, then the look: a change after the look
+			// closes one of them.
+			local, remote = w.channels(w.fair)
+			if w.fair && time.Since(w.beat) >= every {
+				if err := w.heartbeat(ctx); err != nil && ctx.Err() != nil {
+					return ctx.Err()
+				}
 			}
-		}
-		s, err := w.e.state(ctx, w.e.db, w.req.Name, w.seq)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+			var err error
+			if s, err = w.look(ctx, remote); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return nil // let the attempt report it
 			}
-			return nil // let the attempt report it
-		}
-		if s.mayAcquire(w.req.Owner) {
-			return nil
 		}
 		bound := time.Duration(math.MaxInt64)
-		if s.heldByOther(w.req.Owner) {
+		switch {
+		case s.mayAcquire(w.req.Owner):
+			if w.fair || !w.e.local.batonOut(w.slot) {
+				return nil
+			}
+			// Another waiter here, woken by the release, is trying:
+			// its attempt commits (which the feed reports) or fails
+			// soon.
+			bound = deferDelay
+		case s.heldByOther(w.req.Owner):
 			bound = s.remaining + time.Millisecond
-		} else if s.ahead > 0 {
+		case s.ahead > 0:
 			bound = s.aheadTTL + time.Millisecond
 		}
 		if w.fair {
@@ -121,6 +164,13 @@ func (w *waiter) Wait(ctx context.Context) error {
 		t := time.NewTimer(max(bound, 0))
 		select {
 		case <-local:
+			// A release (or a fair waiter leaving) in this process woke
+			// this waiter (and no other; see Local). A plain waiter tries
+			// at once; a fair one looks whether it is its turn.
+			if !w.fair {
+				t.Stop()
+				return nil
+			}
 		case <-remote:
 		case <-t.C:
 		case <-ctx.Done():
@@ -129,6 +179,23 @@ func (w *waiter) Wait(ctx context.Context) error {
 		}
 		t.Stop()
 	}
+}
+
+// look reads the lock's state for this waiter. A plain waiter shares the
+// looks of the other waiters of this process taken in the feed generation
+// gen (that is, after the last change the feed reported).
+func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, error) {
+	if !w.fair {
+		if s, ok := w.e.local.cached(w.req.Name, gen); ok {
+			return s, nil
+		}
+	}
+	at := time.Now()
+	s, err := w.e.state(ctx, &w.e.pool, w.req.Name, w.seq)
+	if err == nil && !w.fair {
+		w.e.local.cache(w.req.Name, gen, s, at)
+	}
+	return s, err
 }
 
 // heartbeat refreshes the fair waiter's queue row. If the row died (the
@@ -159,6 +226,7 @@ func (w *waiter) refresh(ctx context.Context, c *sql.Conn) error {
 	seq, err := w.e.enqueue(ctx, c, w.req)
 	if err == nil {
 		w.seq = seq
+		w.e.local.setSeq(w.slot, seq)
 	}
 	return err
 }
@@ -176,10 +244,17 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, err
 	}
+	local, remote := w.channels(true)
 	if !w.fair {
-		g, err := w.e.try(ctx, w.req)
-		if err == nil {
+		at := time.Now()
+		g, s, err := w.e.try(ctx, w.req)
+		w.e.local.tried(w.slot)
+		switch {
+		case err == nil:
 			w.end()
+		case errors.Is(err, dlock.ErrNotAcquired):
+			w.e.local.cache(w.req.Name, remote, s, at)
+			w.pending = &pendingLook{s: s, local: local, remote: remote}
 		}
 		return g, err
 	}
@@ -210,10 +285,12 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		return dlock.Grant{}, w.e.wrap(err)
 	}
 	if ok {
+		w.e.local.forget(w.req.Name)
 		w.end()
 		return g, nil
 	}
 	w.beat = sent
+	w.pending = &pendingLook{s: s, local: local, remote: remote}
 	return dlock.Grant{}, refusal(s, w.req.Owner)
 }
 
@@ -225,12 +302,12 @@ func (w *waiter) Cancel(ctx context.Context) error {
 	if w.ended {
 		return nil
 	}
-	defer w.end()
+	w.end()
 	if !w.fair {
 		return nil
 	}
 	err := w.e.write(ctx, func(ctx context.Context) error {
-		_, err := w.e.db.ExecContext(ctx, w.e.q.dequeue, w.seq)
+		_, err := w.e.pool.ExecContext(ctx, w.e.q.dequeue, w.seq)
 		return err
 	})
 	w.e.local.signal(w.req.Name)

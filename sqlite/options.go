@@ -1,0 +1,133 @@
+package sqlite
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/sqllock"
+)
+
+// Defaults of the options.
+const (
+	// DefaultTable is the lease table's name when no Table option is given.
+	DefaultTable = sqllock.DefaultTable
+	// DefaultBusyTimeout is how long a statement waits for another
+	// process's write before it fails with SQLITE_BUSY (and is tried
+	// again until its context is done).
+	DefaultBusyTimeout = 5 * time.Second
+	// DefaultWaiterTimeout is how long a fair waiter's queue entry lives
+	// without a heartbeat.
+	DefaultWaiterTimeout = sqllock.DefaultWaiterTimeout
+)
+
+// An Option configures Open, New or Migrate. Options that apply to Open
+// only say so; given to New or Migrate they are [dlock.ErrInvalidOption].
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	table         string
+	busyTimeout   time.Duration
+	waiterTimeout time.Duration
+	synchronous   string
+	privateLocal  bool // tests: no in-process sharing between Backends
+
+	openOnly []string
+	errs     []string
+}
+
+func defaultConfig() config {
+	return config{table: DefaultTable, busyTimeout: DefaultBusyTimeout, synchronous: "FULL"}
+}
+
+// Table sets the lease table's name (default [DefaultTable]); the fair
+// queue is the table of that name + "_waiters". Several applications can
+// keep their locks apart in one file with different tables. The name must
+// be 1-48 ASCII letters, digits or underscores, not starting with a digit.
+func Table(name string) Option {
+	return optionFunc(func(c *config) {
+		if err := sqllock.CheckTable(name); err != nil {
+			c.errs = append(c.errs, err.Error())
+			return
+		}
+		c.table = name
+	})
+}
+
+// BusyTimeout sets SQLite's busy_timeout on every connection: how long a
+// statement waits for another process's write lock before failing with
+// SQLITE_BUSY (the backend then tries again until the operation's
+// context is done). Default [DefaultBusyTimeout]; it must be at least 1ms.
+// Open only.
+func BusyTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.openOnly = append(c.openOnly, "BusyTimeout")
+		if d < time.Millisecond {
+			c.errs = append(c.errs, fmt.Sprintf("busy timeout %v is below 1ms", d))
+			return
+		}
+		c.busyTimeout = d
+	})
+}
+
+// WaiterTimeout sets how long a fair waiter's queue entry lives without a
+// heartbeat (default [DefaultWaiterTimeout], minimum 300ms). A waiter
+// refreshes its entry every third of it; a waiter whose process died
+// holds up those behind it for at most this long.
+func WaiterTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < sqllock.MinWaiterTimeout {
+			c.errs = append(c.errs, fmt.Sprintf("waiter timeout %v is below the minimum %v", d, sqllock.MinWaiterTimeout))
+			return
+		}
+		c.waiterTimeout = d
+	})
+}
+
+// Synchronous sets SQLite's synchronous mode: "FULL" (the default: every
+// commit is on disk before it returns, so fencing tokens never go back,
+// even after a power loss), "EXTRA", or "NORMAL" (faster; in WAL mode a
+// power loss — not a crash — may undo the last commits, and with them
+// grants and tokens that were handed out). Open only.
+func Synchronous(mode string) Option {
+	return optionFunc(func(c *config) {
+		c.openOnly = append(c.openOnly, "Synchronous")
+		switch m := strings.ToUpper(mode); m {
+		case "FULL", "EXTRA", "NORMAL":
+			c.synchronous = m
+		default:
+			c.errs = append(c.errs, fmt.Sprintf("synchronous mode %q is not FULL, EXTRA or NORMAL", mode))
+		}
+	})
+}
+
+// privateLocal gives the Backend in-process state of its own, as if it
+// were in a process of its own (tests use it to exercise the cross-process
+// wake-up within one test binary).
+func privateLocal() Option {
+	return optionFunc(func(c *config) { c.privateLocal = true })
+}
+
+// resolve applies opts; open says whether they configure Open.
+func resolve(open bool, opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	errs := cfg.errs
+	if !open && len(cfg.openOnly) > 0 {
+		errs = append(errs, strings.Join(cfg.openOnly, ", ")+" applies to Open only")
+	}
+	if len(errs) > 0 {
+		return cfg, invalid("%s", strings.Join(errs, "; "))
+	}
+	return cfg, nil
+}
