@@ -64,24 +64,26 @@
 // A waiting Lock is woken, not left to sleep:
 //
 //   - by a release in the same process at once: every Backend of the
-//     process on the same file and table shares a per-name notification;
-//   - by a commit of another process within a few milliseconds: while a
-//     Backend has waiters, one goroutine polls PRAGMA data_version on a
-//     connection of its own. The value changes whenever another connection
-//     commits, and reading it costs microseconds and no disk I/O in WAL
-//     mode (it is read from the shared-memory WAL index). It polls 5 ms
-//     after a change and backs off to 25 ms while nothing changes: a
-//     hand-off between processes costs a poll interval, and a quiet
-//     waiting process some 40 cheap polls a second — where a file watch
-//     (inotify) would not be portable and a notification service would
-//     need a server, which this backend exists to avoid. The goroutine
-//     stops with the last waiter;
+//     process on the same file and table shares the in-process state, and
+//     a release wakes the one waiter next in line (the first fair waiter,
+//     or the plain waiter that has waited longest) rather than all of
+//     them;
+//   - by a commit of another process within a few milliseconds: while the
+//     process has waiters on a file, one goroutine polls PRAGMA
+//     data_version on a connection of its own. The value changes whenever
+//     another connection commits, and reading it costs microseconds and no
+//     disk I/O in WAL mode (it is read from the shared-memory WAL index).
+//     It polls 5 ms after a change and backs off to 25 ms while nothing
+//     changes: a hand-off between processes costs a poll interval, and a
+//     quiet waiting process some 40 cheap polls a second — where a file
+//     watch (inotify) would not be portable and a notification service
+//     would need a server, which this backend exists to avoid. The
+//     goroutine stops with the last waiter. After a change, one read of a
+//     lock's state serves all the process's waiters on it, and only those
+//     that may take the lock try;
 //   - by the holder's lease running out: an expiry commits nothing, so
 //     every wait is also bounded by the holder's remaining TTL as the
 //     database computes it.
-//
-// A commit wakes the waiters to look at the lock's state (a read that
-// does not block writers); only those that may take the lock then try.
 //
 // # Fair mode
 //

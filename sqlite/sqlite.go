@@ -148,9 +148,13 @@ func setWAL(ctx context.Context, db *sql.DB) error {
 // New returns a Backend on db, an SQLite database the caller opened
 // (SQLite 3.35 or later), creating the tables if needed. Close does not
 // close db. The options BusyTimeout and Synchronous apply to Open only:
-// set them on db's connections (see the package doc). For waking waiters
-// of other processes, New opens one extra connection to the same file
-// (through db's driver) while there are waiters.
+// set them on db's connections (see the package doc). Waiters read the
+// lock state concurrently: a pool that keeps too few idle connections
+// (database/sql keeps 2 unless told otherwise) reopens connections all the
+// time under contention; SetMaxIdleConns(8) or so avoids that. For waking
+// waiters on changes by other processes, New opens one more connection to
+// the same file (through db's driver, outside db's pool) while there are
+// waiters.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()

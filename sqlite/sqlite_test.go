@@ -462,3 +462,54 @@ func TestChild(t *testing.T) {
 		t.Fatalf("unknown job %q", job)
 	}
 }
+
+// TestTokensSurviveReopen checks that a lock's token goes on from where it
+// was after the file is closed and opened again: the row is kept.
+func TestTokensSurviveReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "locks.db")
+	var last uint64
+	for i := range 3 {
+		c, err := dlock.Open(ctx, "sqlite://"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Mutex("x").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token() <= last {
+			t.Errorf("open %d: token %d after %d", i, l.Token(), last)
+		}
+		last = l.Token()
+		l.Unlock(ctx)
+		c.Close()
+	}
+}
+
+// TestConcurrentFirstOpen opens a new file from several Backends at once,
+// each with its own connections, as processes starting together would:
+// creating the tables and switching to WAL mode must not fail any of them.
+func TestConcurrentFirstOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	var wg sync.WaitGroup
+	bs := make([]*sqlite.Backend, 8)
+	for i := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := sqlite.Open(path, sqlite.PrivateLocal(), sqlite.Table("first_open"))
+			if err != nil {
+				t.Errorf("Open %d: %v", i, err)
+				return
+			}
+			bs[i] = b
+		}()
+	}
+	wg.Wait()
+	for _, b := range bs {
+		if b != nil {
+			b.Close()
+		}
+	}
+}

@@ -43,13 +43,23 @@
 // # Waking
 //
 // A waiter waits for a reason to try again, never for a fixed time. Before
-// each look at the lock's state it takes two channels: the per-name channel
-// of the in-process [Local] (closed by a release, or a fair waiter leaving,
-// in the same process) and the channel of the cross-process [Feed] (closed
-// when another connection committed a change). Taking them before looking
-// means a change after the look is never missed. If the look says the lock
-// is still held, the wait is also bounded by the holder's remaining TTL as
-// the database computed it (expiry commits nothing, so no feed reports it),
-// by the expiry of the fair waiter ahead, and by the waiter's own
-// heartbeat.
+// each look at the lock's state it takes two channels, and a change after
+// the look closes one of them, so no change is missed:
+//
+//   - its own channel in the in-process [Local], which a release (or a
+//     fair waiter leaving) in this process closes for one waiter only —
+//     the fair waiter first in line, or the plain waiter that has waited
+//     longest. That one tries at once; the others stay asleep instead of
+//     all trying and all but one failing. If it gives up before trying,
+//     the wake-up passes to the next.
+//   - the current generation of the cross-process [Feed], closed when
+//     another connection committed anything. Every waiter then needs a new
+//     look, and one look per name and generation, kept in the Local,
+//     serves all the waiters of the process.
+//
+// If the look says the lock is still held, the wait is also bounded by
+// the holder's remaining TTL as the database computed it (an expiry
+// commits nothing, so no feed reports it), by the expiry of the fair
+// waiter ahead, and by the waiter's own heartbeat. Without a Feed, a
+// waiter looks again at an interval that backs off from 5 ms to 100 ms.
 package sqllock

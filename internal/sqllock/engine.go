@@ -58,15 +58,15 @@ const (
 // [dlock.Backend], [dlock.BatchRenewer] and [dlock.Inspector]. It is safe
 // for concurrent use.
 type Engine struct {
-	db      *sql.DB
-	d       Dialect
-	table   string
-	desc    string
-	q       statements
+	db       *sql.DB
+	d        Dialect
+	table    string
+	desc     string
+	q        statements
 	local    *Local
 	ownLocal bool
 	wttl     time.Duration
-	onClose func() error
+	onClose  func() error
 
 	pool pool // e.db through prepared statements
 
@@ -496,10 +496,10 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 	return dlock.Grant{}, s, refusal(s, req.Owner)
 }
 
-// Acquire makes one attempt to grant req; see [dlock.Backend]. A request
-// that is not fair is one statement when granted. A fair request that
-// will wait makes its attempt and, if refused, takes its place in the fair
-// queue, in one transaction.
+// Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
+// statement when granted. A fair request that will wait and is refused
+// then makes its attempt again and, if refused, takes its place in the
+// fair queue, in one transaction.
 func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := e.checkOpen(); err != nil {
 		return dlock.Grant{}, nil, err
@@ -523,7 +523,22 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 		seq int64
 		s   lockState
 	)
+	// The attempt alone first, in one statement: a free lock needs no
+	// more. Only when it is refused does the request take its place, in a
+	// transaction that tries again first.
 	err := e.write(ctx, func(ctx context.Context) error {
+		var err error
+		g, ok, err = e.attempt(ctx, &e.pool, req, noSeq)
+		return err
+	})
+	if err == nil && ok {
+		e.local.forget(req.Name)
+		return g, nil, nil
+	}
+	if err != nil {
+		return dlock.Grant{}, nil, e.wrap(err)
+	}
+	err = e.write(ctx, func(ctx context.Context) error {
 		return e.tx(ctx, func(c *sql.Conn) error {
 			var err error
 			if g, ok, err = e.attempt(ctx, c, req, noSeq); err != nil || ok {

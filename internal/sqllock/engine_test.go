@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"testing"
@@ -120,5 +121,155 @@ func TestMigrateForeignTable(t *testing.T) {
 		if err := sqllock.Migrate(context.Background(), db, sqllock.SQLite, ""); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// newEngine returns an engine on path with its own connection pool and
+// in-process state, as another process would have, closed at clean-up.
+func newEngine(t *testing.T, path string, cfg sqllock.Config) *sqllock.Engine {
+	t.Helper()
+	e := factory(path, sqllock.SQLite, cfg)(t).(*sqllock.Engine)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func req(name, owner string, fair, wait bool) dlock.Request {
+	return dlock.Request{Name: name, Owner: owner, TTL: time.Minute, Fair: fair, Wait: wait}
+}
+
+// TestDeadFairWaiter checks that a fair waiter whose process died (it
+// neither waits nor cancels any more) holds up the waiter behind it only
+// until its queue entry times out.
+func TestDeadFairWaiter(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "locks.db")
+	const wt = 400 * time.Millisecond
+	holder, dead, live := newEngine(t, path, sqllock.Config{WaiterTimeout: wt}),
+		newEngine(t, path, sqllock.Config{WaiterTimeout: wt}), newEngine(t, path, sqllock.Config{WaiterTimeout: wt})
+	g, _, err := holder.Acquire(ctx, req("x", "holder", true, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, w, err := dead.Acquire(ctx, req("x", "dead", true, true)); w == nil || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("dead waiter: %v, %v", w, err)
+	}
+	dead.Close() // the process dies: its queue entry stays until it times out
+	_, w, err := live.Acquire(ctx, req("x", "live", true, true))
+	if w == nil || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("live waiter: %v, %v", w, err)
+	}
+	if infos, err := holder.Inspect(ctx, "x"); err != nil || len(infos) != 1 || infos[0].Waiters != 2 {
+		t.Fatalf("Inspect = %+v, %v; want x with 2 waiters", infos, err)
+	}
+	start := time.Now()
+	if err := holder.Release(ctx, dlock.Hold{Name: "x", Owner: "holder", Token: g.Token}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var lg dlock.Grant
+	for {
+		if err := w.Wait(wctx); err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		lg, err = w.Acquire(wctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("Acquire: %v", err)
+		}
+	}
+	el := time.Since(start)
+	t.Logf("granted %v after the release, token %d", el, lg.Token)
+	if el > wt+2*time.Second {
+		t.Errorf("the dead waiter held up the live one for %v; its timeout is %v", el, wt)
+	}
+	if lg.Token <= g.Token {
+		t.Errorf("token %d after %d", lg.Token, g.Token)
+	}
+}
+
+func TestRenewBatch(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, filepath.Join(t.TempDir(), "locks.db"), sqllock.Config{})
+	var holds []dlock.Hold
+	for _, name := range []string{"a", "b", "c"} {
+		g, _, err := e.Acquire(ctx, dlock.Request{Name: name, Owner: "o", TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, dlock.Hold{Name: name, Owner: "o", Token: g.Token})
+	}
+	if err := e.Release(ctx, holds[1]); err != nil {
+		t.Fatal(err)
+	}
+	stale := dlock.Hold{Name: "c", Owner: "o", Token: holds[2].Token + 7}
+	errs := e.RenewBatch(ctx, []dlock.Renewal{{Hold: holds[0], TTL: time.Hour}, {Hold: holds[1], TTL: time.Hour}, {Hold: holds[2], TTL: time.Hour}, {Hold: stale, TTL: time.Hour}})
+	if len(errs) != 4 || errs[0] != nil || !errors.Is(errs[1], dlock.ErrLeaseLost) || errs[2] != nil || !errors.Is(errs[3], dlock.ErrLeaseLost) {
+		t.Fatalf("RenewBatch = %v; want nil, lost, nil, lost", errs)
+	}
+	infos, err := e.Inspect(ctx, "")
+	if err != nil || len(infos) != 2 {
+		t.Fatalf("Inspect = %+v, %v", infos, err)
+	}
+	for _, in := range infos {
+		if in.TTL < 50*time.Minute {
+			t.Errorf("%s: TTL %v after a renewal to an hour", in.Name, in.TTL)
+		}
+	}
+}
+
+func TestInspectPrefix(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, filepath.Join(t.TempDir(), "locks.db"), sqllock.Config{})
+	names := []string{"a", "ab", "ab/c", "ab\x7f", "ab\u00e9", "ac", "b", "ab/free"}
+	for _, n := range names {
+		if _, _, err := e.Acquire(ctx, dlock.Request{Name: n, Owner: "o", TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Release(ctx, dlock.Hold{Name: "ab/free", Owner: "o", Token: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for prefix, want := range map[string][]string{
+		"":    {"a", "ab", "ab/c", "ab\x7f", "ab\u00e9", "ac", "b"},
+		"ab":  {"ab", "ab/c", "ab\x7f", "ab\u00e9"},
+		"ab/": {"ab/c"},
+		"b":   {"b"},
+		"c":   nil,
+	} {
+		infos, err := e.Inspect(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, in := range infos {
+			got = append(got, in.Name)
+			if in.Owner != "o" || in.Count != 1 || in.Token != 1 || in.TTL <= 0 || in.Waiters != 0 {
+				t.Errorf("Inspect(%q): %+v", prefix, in)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Inspect(%q) = %q, want %q", prefix, got, want)
+		}
+	}
+}
+
+// TestHeldError checks what a refused attempt says about the holder.
+func TestHeldError(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, filepath.Join(t.TempDir(), "locks.db"), sqllock.Config{})
+	g, _, err := e.Acquire(ctx, dlock.Request{Name: "x", Owner: "first", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w, err := e.Acquire(ctx, dlock.Request{Name: "x", Owner: "second", TTL: time.Second})
+	var held *dlock.HeldError
+	if w != nil || !errors.As(err, &held) || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Acquire of a held lock = %v, %v; want a *HeldError and no waiter", w, err)
+	}
+	if h := held.Holder; h.Owner != "first" || h.Token != g.Token || h.TTL <= 9*time.Second || h.TTL > 10*time.Second {
+		t.Errorf("holder %+v, want first with token %d and about 10s left", h, g.Token)
 	}
 }

@@ -25,7 +25,7 @@ type waiter struct {
 	req   dlock.Request
 	seq   int64 // the queue row; noSeq when not in the fair queue
 	fair  bool
-	slot  *slot // the waiter's registration with Local
+	slot  *slot        // the waiter's registration with Local
 	sub   Subscription // from the first Wait on; nil without a Feed
 	beat  time.Time    // send time of the last refresh of the queue row
 	ended bool
