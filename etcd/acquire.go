@@ -5,36 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlock-dev/dlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// handle is the backend's state of a hold (dlock.Grant.Handle): the key of
-// the acquisition and the lease it is attached to now. Reentrant holds of
-// one key in one process share nothing but the key; each has its own handle.
-type handle struct {
-	name string
-	key  string
-
-	mu    sync.Mutex
-	lease clientv3.LeaseID
-}
-
-func (h *handle) leaseID() clientv3.LeaseID {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.lease
-}
-
-func (h *handle) setLease(id clientv3.LeaseID) {
-	h.mu.Lock()
-	h.lease = id
-	h.mu.Unlock()
-}
 
 // retryBudget bounds how long Backend.Acquire retries requests that failed
 // because etcd could not answer for now (a leader election takes 1-2 s).
@@ -86,14 +62,16 @@ func retryable(ctx, actx context.Context, err error) bool {
 	return transient(err) || actx.Err() != nil || strings.Contains(err.Error(), "proposal dropped")
 }
 
-// Acquire grants a fresh lease of req.TTL (rounded up to whole seconds)
-// and, in one transaction, puts the acquisition's key if the lock's prefix
-// is empty, and otherwise reads the holder and — when req.Wait — enqueues
-// the key and reads its predecessor. When the holder's owner is req.Owner
-// it re-enters the hold instead. Requests that fail because etcd has no
-// leader or cannot be reached are retried for a few seconds; the
-// transaction is idempotent (the key is named after the lease, and a key
-// put by an attempt whose answer was lost is recognised as the caller's).
+// Acquire takes a lease of req.TTL (rounded up to whole seconds) — a spare
+// one left by an earlier hold, confirmed by a keep-alive sent together with
+// the transaction, or a fresh grant — and, in one transaction, puts the
+// acquisition's key if the lock's prefix is empty, and otherwise reads the
+// holder and — when req.Wait — enqueues the key and reads its predecessor.
+// When the holder's owner is req.Owner it re-enters the hold instead.
+// Requests that fail because etcd has no leader or cannot be reached are
+// retried for a few seconds; the transaction is idempotent (the key is
+// named after the lease, and a key put by an attempt whose answer was lost
+// is recognised as the caller's).
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, nil, err
@@ -107,52 +85,93 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	last := clientv3.WithLastCreate()
 	empty := clientv3.Compare(clientv3.CreateRevision(lp), "=", 0).WithPrefix()
 
-	var lr *clientv3.LeaseGrantResponse // the attempt's lease; nil to grant one
-	keep := false                       // the lease is in use by a grant or a waiter
+	var (
+		cur       *spareLease // the attempts' lease; nil to take one
+		confirmed bool        // etcd had cur after start, so it lives a TTL from then
+		clean     = true      // no key can be on cur
+		keep      bool        // cur is in use by a grant or a waiter
+		lastErr   error
+		quick     bool // retry at once (a spare lease had expired)
+	)
 	defer func() {
-		if lr != nil && !keep {
+		switch {
+		case cur == nil || keep:
+		case clean && confirmed:
+			b.putSpare(need, *cur)
+		default:
 			// Deletes the key too, if an attempt whose answer was lost put it.
-			b.revokeLater(lr.ID)
+			b.revokeLater(cur.id)
 		}
 	}()
-	var lastErr error
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
+		if attempt > 0 && !quick {
 			if time.Since(start) > retryBudget || sleepCtx(ctx, backoff(attempt)) != nil {
 				return dlock.Grant{}, nil, wrap(ctx, "acquiring", lastErr)
 			}
 		}
+		quick = false
 		actx, cancel := context.WithTimeout(ctx, per)
-		if lr == nil {
-			var err error
-			if lr, err = b.cli.Grant(actx, need); err != nil {
-				lr, lastErr = nil, err
-				if retryable(ctx, actx, err) {
+		if cur == nil {
+			if p, ok := b.takeSpare(need); ok {
+				cur, confirmed, clean = &p, false, true
+			} else {
+				sent := time.Now()
+				lr, err := b.cli.Grant(actx, need)
+				if err != nil {
+					lastErr = err
+					if retryable(ctx, actx, err) {
+						cancel()
+						continue
+					}
 					cancel()
-					continue
+					return dlock.Grant{}, nil, wrap(ctx, "granting a lease", err)
 				}
-				cancel()
-				return dlock.Grant{}, nil, wrap(ctx, "granting a lease", err)
+				cur, confirmed, clean = &spareLease{id: lr.ID, ttl: lr.TTL, alive: sent}, true, true
 			}
 		}
-		h := &handle{name: req.Name, key: b.keyFor(req.Name, lr.ID), lease: lr.ID}
-		put := clientv3.OpPut(h.key, val, clientv3.WithLease(lr.ID), clientv3.WithPrevKV())
+		h := &handle{name: req.Name, key: b.keyFor(req.Name, cur.id), own: cur.id, need: need, ttl: cur.ttl, lease: cur.id, alive: cur.alive}
+		put := clientv3.OpPut(h.key, val, clientv3.WithLease(cur.id), clientv3.WithPrevKV())
 		els := []clientv3.Op{clientv3.OpGet(lp, first...)}
 		if req.Wait {
 			els = append(els, clientv3.OpGet(lp, last...), put)
 		}
+		var kac chan keepAliveResult
+		if !confirmed {
+			kac = b.keepAliveAsync(actx, cur.id)
+		}
 		tr, err := b.cli.Txn(actx).If(empty).Then(put).Else(els...).Commit()
+		if kac != nil {
+			ka := <-kac
+			switch {
+			case ka.err == nil && ka.ttl > 0:
+				confirmed = true
+				cur.alive = ka.sent
+				h.alive = ka.sent
+			case ka.err == nil:
+				// The spare lease expired, with any key put on it.
+				cur, quick = nil, true
+				cancel()
+				continue
+			default:
+				if err == nil {
+					clean = false
+					err = ka.err
+				}
+			}
+		}
 		if err != nil {
 			lastErr = err
 			switch {
 			case leaseNotFound(err):
-				lr = nil // it expired while etcd could not answer, and took any key with it
+				cur, quick = nil, true // expired, and took any key with it
 				cancel()
 				continue
 			case retryable(ctx, actx, err):
+				clean = false
 				cancel()
 				continue
 			}
+			clean = false
 			cancel()
 			return dlock.Grant{}, nil, wrap(ctx, "acquiring", err)
 		}
@@ -163,6 +182,9 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			// An earlier attempt put the key and its answer was lost.
 			token = holder.CreateRevision
 		} else if !tr.Succeeded {
+			if req.Wait {
+				clean = false // enqueued
+			}
 			if holder != nil && decode(holder).Owner == req.Owner {
 				g, err := b.reenter(ctx, req, holder, need)
 				if errors.Is(err, errHolderChanged) && attempt < 10 {
@@ -176,7 +198,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			if !req.Wait {
 				return dlock.Grant{}, nil, heldError(holder)
 			}
-			w := &waiter{b: b, req: req, need: need, h: h, ttl: lr.TTL, lastKA: start}
+			w := &waiter{b: b, req: req, need: need, h: h, ttl: cur.ttl, lastKA: cur.alive}
 			w.rev = tr.Header.Revision
 			if pr := tr.Responses[2].GetResponsePut(); pr != nil && pr.PrevKv != nil {
 				w.rev = pr.PrevKv.CreateRevision // put by an earlier attempt
@@ -188,6 +210,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			return dlock.Grant{}, w, heldError(holder)
 		}
 		// Granted.
+		clean = false
 		if elapsed := time.Since(start); late(elapsed, req.TTL) {
 			if !req.Wait {
 				return dlock.Grant{}, nil, &kindError{kind: dlock.ErrBackendUnavailable,
@@ -196,7 +219,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			// The key is the lowest and stays queued; the waiter confirms
 			// the grant with a fresh attempt, which the Client times anew.
 			keep = true
-			w := &waiter{b: b, req: req, need: need, h: h, ttl: lr.TTL, rev: token, lastKA: start}
+			w := &waiter{b: b, req: req, need: need, h: h, ttl: cur.ttl, rev: token, lastKA: cur.alive}
 			return dlock.Grant{}, w, &kindError{kind: dlock.ErrNotAcquired,
 				msg: fmt.Sprintf("etcd: the grant came %v after the request; confirming it", elapsed.Round(time.Millisecond))}
 		}
@@ -207,6 +230,26 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 		}
 		return dlock.Grant{Token: uint64(token), Count: count, Handle: h}, nil, nil
 	}
+}
+
+// keepAliveResult is the answer to one keep-alive: the lease's TTL (0 if
+// etcd does not know it) and the send time.
+type keepAliveResult struct {
+	ttl  int64
+	sent time.Time
+	err  error
+}
+
+// keepAliveAsync keeps lease id alive once, in a goroutine; the result
+// comes on the channel.
+func (b *Backend) keepAliveAsync(ctx context.Context, id clientv3.LeaseID) chan keepAliveResult {
+	ch := make(chan keepAliveResult, 1)
+	sent := time.Now()
+	go func() {
+		ttls, err := b.keepAlive(ctx, []clientv3.LeaseID{id})
+		ch <- keepAliveResult{ttls[id], sent, err}
+	}()
+	return ch
 }
 
 var errHolderChanged = errors.New("etcd: the holder changed")
@@ -296,6 +339,7 @@ func (w *waiter) Wait(ctx context.Context) error {
 				return nil // Acquire says what happened
 			case err == nil:
 				w.lastKA = sent
+				w.h.kept(w.h.leaseID(), sent)
 			case ctx.Err() != nil:
 				return ctx.Err()
 			default:
@@ -316,15 +360,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	lease := h.leaseID()
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
 	defer cancel()
-	type kaResult struct {
-		ttl int64
-		err error
-	}
-	kac := make(chan kaResult, 1)
-	go func() {
-		ttls, err := b.keepAlive(actx, []clientv3.LeaseID{lease})
-		kac <- kaResult{ttls[lease], err}
-	}()
+	kac := b.keepAliveAsync(actx, lease)
 	mine := clientv3.Compare(clientv3.CreateRevision(h.key), "=", w.rev)
 	tr, err := b.cli.Txn(actx).If(mine).
 		Then(clientv3.OpGet(h.key),
@@ -343,11 +379,12 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if sameLease && ka.err == nil && ka.ttl <= 0 {
 		return dlock.Grant{}, w.gone(lease)
 	}
+	if ka.err == nil && ka.ttl > 0 {
+		w.lastKA = ka.sent
+		h.kept(lease, ka.sent)
+	}
 	if pred != nil {
 		w.pred, w.seen, w.retry = string(pred.Key), tr.Header.Revision, 0
-		if ka.err == nil {
-			w.lastKA = sent
-		}
 		return dlock.Grant{}, heldError(holder)
 	}
 	// The key is the lowest: the lock is ours once etcd keeps it a full TTL.

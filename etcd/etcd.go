@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -94,12 +93,14 @@ type Backend struct {
 	own    bool // Close closes cli
 	prefix string
 	desc   string
-	leases pb.LeaseClient // for keep-alive streams of many leases
+	ka     *keepAlives
 
-	mu     sync.Mutex
-	closed bool
-	bg     sync.WaitGroup // lease revocations in the background
-	bgSem  chan struct{}
+	mu      sync.Mutex
+	closed  bool
+	spares  map[int64][]spareLease // leases without keys for reuse, by TTL
+	nspares int
+	bg      sync.WaitGroup // lease revocations in the background
+	bgSem   chan struct{}
 }
 
 var (
@@ -114,7 +115,7 @@ func New(cli *clientv3.Client, opts ...Option) *Backend {
 	b := &Backend{
 		cli:    cli,
 		prefix: DefaultPrefix,
-		leases: clientv3.RetryLeaseClient(cli),
+		ka:     &keepAlives{leases: clientv3.RetryLeaseClient(cli)},
 		bgSem:  make(chan struct{}, 64),
 	}
 	for _, o := range opts {
@@ -170,9 +171,10 @@ func (b *Backend) Client() *clientv3.Client { return b.cli }
 // String describes the backend: "etcd ENDPOINTS/PREFIX".
 func (b *Backend) String() string { return b.desc }
 
-// Close waits for the lease revocations still in flight (at most a few
-// seconds) and, if the backend opened its own connection, closes it. It does
-// not release held locks: their keys expire with their leases.
+// Close revokes the backend's spare leases (which hold no keys), waits for
+// the revocations still in flight (at most a few seconds) and, if the
+// backend opened its own connection, closes it. It does not release held
+// locks: their keys expire with their leases.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -180,48 +182,23 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	spares := b.spares
+	b.spares, b.nspares = nil, 0
+	for _, ps := range spares {
+		b.bg.Add(len(ps))
+	}
 	b.mu.Unlock()
+	for _, ps := range spares {
+		for _, p := range ps {
+			b.revoke(p.id)
+		}
+	}
 	b.bg.Wait()
+	b.ka.close()
 	if b.own {
 		return b.cli.Close()
 	}
 	return nil
-}
-
-// revokeTimeout bounds a background lease revocation.
-const revokeTimeout = 3 * time.Second
-
-// revokeLater revokes lease id in the background: the lease of a released
-// hold, of a withdrawn waiter or of a failed attempt. Revoking deletes the
-// keys still attached to it; nothing depends on its success, since an
-// unrevoked lease expires with its TTL. When many revocations are in flight
-// it revokes in the caller's goroutine instead.
-func (b *Backend) revokeLater(id clientv3.LeaseID) {
-	if id == clientv3.NoLease {
-		return
-	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return
-	}
-	b.bg.Add(1)
-	b.mu.Unlock()
-	revoke := func() {
-		defer b.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
-		defer cancel()
-		_, _ = b.cli.Revoke(ctx, id)
-	}
-	select {
-	case b.bgSem <- struct{}{}:
-		go func() {
-			defer func() { <-b.bgSem }()
-			revoke()
-		}()
-	default:
-		revoke()
-	}
 }
 
 // kindError is an error of this package: it matches its dlock sentinel with

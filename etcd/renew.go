@@ -8,60 +8,12 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 )
 
-// keepAlive renews the leases ids once, all on one keep-alive stream, and
-// returns the TTL etcd granted each (its full TTL, counted from when etcd
-// renewed it; 0 for a lease that etcd does not know, which has expired or
-// was revoked). etcd renews a lease only while it has not expired: a renewal
-// of an expired lease waits for its revocation and answers 0.
 func (b *Backend) keepAlive(ctx context.Context, ids []clientv3.LeaseID) (map[clientv3.LeaseID]int64, error) {
-	out := make(map[clientv3.LeaseID]int64, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := b.leases.LeaseKeepAlive(ctx, grpc.WaitForReady(true))
-	if err != nil {
-		return out, clientv3.ContextError(ctx, err)
-	}
-	want := make(map[clientv3.LeaseID]bool, len(ids))
-	var uniq []clientv3.LeaseID
-	for _, id := range ids {
-		if !want[id] {
-			want[id] = true
-			uniq = append(uniq, id)
-		}
-	}
-	sendErr := make(chan error, 1)
-	go func() {
-		for _, id := range uniq {
-			if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
-				sendErr <- err
-				return
-			}
-		}
-		sendErr <- stream.CloseSend()
-	}()
-	defer func() {
-		cancel()
-		<-sendErr
-	}()
-	for len(out) < len(uniq) {
-		resp, err := stream.Recv()
-		if err != nil {
-			return out, clientv3.ContextError(ctx, err)
-		}
-		if id := clientv3.LeaseID(resp.ID); want[id] {
-			out[id] = resp.TTL
-		}
-	}
-	return out, nil
+	return b.ka.keepAlive(ctx, ids)
 }
 
 // renewal is one hold to renew: its handle, owner and token, and the TTL
@@ -158,6 +110,7 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 		kaErr error
 		wg    sync.WaitGroup
 	)
+	sent := time.Now()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -183,19 +136,20 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 			adopt = append(adopt, it)
 			continue
 		}
-		it.judge(ctx, ttls, kaErr)
+		it.judge(ctx, ttls, kaErr, sent)
 	}
 	if len(adopt) > 0 {
 		// Another hold of the same key (a reentrant owner elsewhere) moved
 		// it to a longer lease: keep that one alive from now on.
 		ids = ids[:0]
 		for _, it := range adopt {
-			it.h.setLease(clientv3.LeaseID(it.kv.Lease))
+			it.h.setLease(clientv3.LeaseID(it.kv.Lease), time.Time{})
 			ids = append(ids, clientv3.LeaseID(it.kv.Lease))
 		}
+		sent = time.Now()
 		ttls, kaErr = b.keepAlive(ctx, ids)
 		for _, it := range adopt {
-			it.judge(ctx, ttls, kaErr)
+			it.judge(ctx, ttls, kaErr, sent)
 		}
 	}
 	for _, it := range items {
@@ -223,7 +177,7 @@ func (it *renewal) check() bool {
 }
 
 // judge sets the outcome of the keep-alive of the key's lease.
-func (it *renewal) judge(ctx context.Context, ttls map[clientv3.LeaseID]int64, kaErr error) {
+func (it *renewal) judge(ctx context.Context, ttls map[clientv3.LeaseID]int64, kaErr error, sent time.Time) {
 	id := clientv3.LeaseID(it.kv.Lease)
 	ttl, ok := ttls[id]
 	switch {
@@ -235,6 +189,8 @@ func (it *renewal) judge(ctx context.Context, ttls map[clientv3.LeaseID]int64, k
 		it.err = wrap(ctx, "keeping a lease alive", fmt.Errorf("no answer for lease %x", int64(id)))
 	case ttl < it.need:
 		it.move = true
+	default:
+		it.h.kept(id, sent)
 	}
 }
 
@@ -302,7 +258,8 @@ func (b *Backend) moveLease(ctx context.Context, it *renewal) error {
 			return wrap(ctx, "moving a key to a longer lease", err)
 		}
 		if tr.Succeeded {
-			it.h.setLease(lr.ID)
+			it.h.setLease(lr.ID, time.Time{})
+			sent := time.Now()
 			ttls, err := b.keepAlive(ctx, []clientv3.LeaseID{lr.ID})
 			if err != nil {
 				return wrap(ctx, "keeping a lease alive", err)
@@ -310,6 +267,7 @@ func (b *Backend) moveLease(ctx context.Context, it *renewal) error {
 			if ttls[lr.ID] <= 0 {
 				return lostf("etcd: lease %x of key %s expired or was revoked", int64(lr.ID), it.h.key)
 			}
+			it.h.kept(lr.ID, sent)
 			return nil
 		}
 		it.kv = firstKV(tr, 0)
@@ -353,7 +311,11 @@ func (b *Backend) release(ctx context.Context, h *handle, owner string, token in
 		if tr.Succeeded {
 			if dr := tr.Responses[0].GetResponseDeleteRange(); dr != nil {
 				for _, kv := range dr.PrevKvs {
-					b.revokeLater(clientv3.LeaseID(kv.Lease))
+					if p, ok := h.spare(clientv3.LeaseID(kv.Lease)); ok {
+						b.putSpare(h.need, p)
+					} else {
+						b.revokeLater(clientv3.LeaseID(kv.Lease))
+					}
 				}
 			}
 			return nil
