@@ -587,7 +587,7 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 		hm := make([]*goredis.SliceCmd, n)
 		ql := make([]*goredis.IntCmd, n)
 		for i, key := range chunk {
-			hm[i] = p.HMGet(ctx, key, "o", "n", "t", "x")
+			hm[i] = p.HMGet(ctx, key, "o", "n", "f", "x")
 			ql[i] = p.LLen(ctx, key+":queue")
 		}
 		// Single commands may fail (a key that changed type); the others

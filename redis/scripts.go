@@ -19,12 +19,12 @@ func newScript(name, src string) *script {
 //
 // A lock is one hash, PREFIX:{NAME}, that is never deleted:
 //
-//	o  holder's owner ("" or absent when free)
+//	o  holder's owner (absent when free)
 //	n  reentry count
-//	t  holder's token
 //	r  id of the request that made or last re-entered the hold
 //	x  end of the lease, server time in ms (TIME)
-//	f  last token granted (the fence); kept when the lock frees
+//	f  last token granted (the fence), which is also the holder's token;
+//	   kept when the lock frees
 //	w  length of the fair queue when last seen (0 or absent: no queue)
 //
 // Expiry is judged in the scripts against the server's clock (TIME), the
@@ -60,15 +60,15 @@ func newScript(name, src string) *script {
 var acquireScript = newScript("acquire", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
 local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
-local cur = redis.call('HMGET', h, 'o', 'n', 't', 'r', 'x', 'f', 'w')
-if not cur[6] and redis.call('EXISTS', h) == 1 or cur[6] and not tonumber(cur[6]) then
+local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w')
+if not cur[3] and redis.call('EXISTS', h) == 1 or cur[3] and not tonumber(cur[3]) then
   return redis.error_reply('DLOCKFOREIGN ' .. h)
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local exp = now + tonumber(ARGV[2])
 local x = tonumber(cur[5]) or 0
-local held = cur[1] and cur[1] ~= '' and x > now
+local held = cur[1] and x > now
 if held and cur[1] == owner then
   local n = tonumber(cur[2])
   if cur[4] ~= rid then
@@ -77,7 +77,7 @@ if held and cur[1] == owner then
   end
   return {1, cur[3], n}
 end
-local w = tonumber(cur[7]) or 0
+local w = tonumber(cur[6]) or 0
 local qlen, head, old = 0, false, false
 if w > 0 or mode == 'f' then
   qlen = redis.call('LLEN', q)
@@ -120,8 +120,12 @@ if head then
   redis.call('ZREM', qt, rid)
   qlen = qlen - 1
 end
-local tok = string.format('%.0f', math.max((tonumber(cur[6]) or 0) + 1, t[1] * 1000000 + t[2]))
-redis.call('HSET', h, 'o', owner, 'n', 1, 't', tok, 'r', rid, 'x', exp, 'f', tok, 'w', qlen)
+local tok = string.format('%.0f', math.max((tonumber(cur[3]) or 0) + 1, t[1] * 1000000 + t[2]))
+if qlen ~= w then
+  redis.call('HSET', h, 'o', owner, 'n', 1, 'r', rid, 'x', exp, 'f', tok, 'w', qlen)
+else
+  redis.call('HSET', h, 'o', owner, 'n', 1, 'r', rid, 'x', exp, 'f', tok)
+end
 return {1, tok, 1}
 `)
 
@@ -132,7 +136,7 @@ return {1, tok, 1}
 //
 // Replies {1}, or {0, holder owner or "", holder token or ""}.
 var renewScript = newScript("renew", `
-local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'x')
+local cur = redis.call('HMGET', KEYS[1], 'o', 'f', 'x')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if (tonumber(cur[3]) or 0) <= now then
@@ -158,7 +162,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local res = {}
 for i, k in ipairs(KEYS) do
   local j = (i - 1) * 3
-  local cur = redis.pcall('HMGET', k, 'o', 't', 'x')
+  local cur = redis.pcall('HMGET', k, 'o', 'f', 'x')
   if cur.err then
     res[i] = -1
   elseif cur[1] == ARGV[j + 1] and cur[2] == ARGV[j + 2] and (tonumber(cur[3]) or 0) > now then
@@ -180,7 +184,7 @@ return res
 // Replies {1, count left}, or {0, holder owner or "", holder token or ""}.
 var releaseScript = newScript("release", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
-local cur = redis.call('HMGET', h, 'o', 'n', 't', 'x', 'w')
+local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'x', 'w')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if (tonumber(cur[4]) or 0) <= now then
@@ -209,7 +213,7 @@ if w > 0 then
   end
   if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 end
-redis.call('HDEL', h, 'o', 'n', 't', 'r', 'x')
+redis.call('HDEL', h, 'o', 'n', 'r', 'x')
 redis.call('PUBLISH', ARGV[3], head)
 return {1, 0}
 `)
@@ -232,14 +236,14 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local wasHead = redis.call('LINDEX', q, 0) == rid
 redis.call('ZSCORE', qt, rid)
-local undone, free = 0, not cur[1] or cur[1] == '' or (tonumber(cur[4]) or 0) <= now
+local undone, free = 0, not cur[1] or (tonumber(cur[4]) or 0) <= now
 if not free and cur[1] == ARGV[2] and cur[3] == rid then
   undone = 1
   local n = tonumber(cur[2]) - 1
   if n > 0 then
     redis.call('HSET', h, 'n', n, 'r', '')
   else
-    redis.call('HDEL', h, 'o', 'n', 't', 'r', 'x')
+    redis.call('HDEL', h, 'o', 'n', 'r', 'x')
     free, wasHead = true, true
   end
 end
