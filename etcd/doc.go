@@ -15,15 +15,25 @@
 //
 // The lock called NAME lives under PREFIX/ESC(NAME)/, where ESC escapes "%"
 // and "/" so that no lock's prefix is a prefix of another's. An acquisition
-// grants a fresh etcd lease of the requested TTL and puts the key
-// PREFIX/ESC(NAME)/LEASEID, attached to that lease, holding the owner and a
-// hold count, in one transaction that also reads the current holder and the
-// key's predecessor. The holder is the key with the lowest create revision.
-// A waiter watches only its immediate predecessor (the key with the highest
-// create revision below its own) for deletion, starting at the revision at
-// which it saw that key, so no deletion is missed and a release wakes one
-// waiter, not all. Grants are therefore in arrival order: the backend is
-// fair whether or not [dlock.Fair] is asked for.
+// takes an etcd lease of the requested TTL that no other acquisition uses
+// and puts the key PREFIX/ESC(NAME)/LEASEID, attached to that lease,
+// holding the owner and a hold count, in one transaction that also reads
+// the current holder and the key's predecessor. The holder is the key with
+// the lowest create revision. A waiter watches only its immediate
+// predecessor (the key with the highest create revision below its own) for
+// deletion, starting at the revision at which it saw that key, so no
+// deletion is missed and a release wakes one waiter, not all. Grants are
+// therefore in arrival order: the backend is fair whether or not
+// [dlock.Fair] is asked for.
+//
+// The lease is a fresh grant, or a spare: the lease of an earlier hold of
+// this backend whose key was deleted by its release (a lease without keys,
+// kept for reuse instead of being revoked). A spare is confirmed by a
+// keep-alive sent together with the transaction; etcd answers a keep-alive
+// without a raft round, so an uncontended acquisition costs one round trip
+// and one write (the transaction), and a release one write (a
+// compare-and-delete). All keep-alives of a backend go over one long-lived
+// stream.
 //
 // A waiter is granted only by a transaction that finds, at one revision,
 // its own key still there with its own create revision and no older key,
@@ -41,12 +51,35 @@
 // the holder's token returned, so another process with the same owner can
 // re-enter too.
 //
+// A lease per hold rather than one per Client (an etcd Session) is what
+// makes loss exact: a hold is lost when its own lease or its own key is
+// gone, and a lost hold takes no other hold with it; holds may have
+// different TTLs and be extended one by one; and the Client's validity
+// deadline, counted from the request's send time, is backed by a grant or
+// keep-alive of that very lease sent after it, while a shared lease's
+// expiry depends on when anyone last renewed it. Spares keep the cost of
+// that choice to a keep-alive per acquisition.
+//
+// # Failures
+//
+// Requests that fail because etcd has no leader or cannot be reached are
+// retried for up to 10 s by an acquisition, each request bounded by half
+// the TTL (a request to a leader that just died can otherwise hang for
+// etcd's request timeout). A grant answered more than half a TTL after the
+// request is confirmed by a fresh attempt (Lock) or given back (TryLock),
+// so that the Client, which counts the lease from the request, never hands
+// out a lease that is already spent. A waiter that cannot reach etcd keeps
+// waiting, and keeps trying to keep its lease alive, until its context
+// ends. Renewal errors other than loss are retried by the Client until the
+// lease's deadline.
+//
 // # Leases and time
 //
 // etcd lease TTLs are whole seconds, and the server raises a TTL below its
 // minimum (1.5 × the election timeout, 2 s with the defaults) to that
 // minimum. The backend asks for the requested TTL rounded up to whole
-// seconds, so a TTL of 100ms holds the key for 1-2 s after a crash. The
+// seconds, so a TTL of 100ms holds the key for 1-2 s after a crash (and is
+// renewed every 33ms by the Client, as any 100ms lease). The
 // Client computes the lease's validity from the requested TTL, which is
 // never longer than etcd's, so the rounding only delays the release of an
 // abandoned lock; it never shortens a hold. A renewal is a keep-alive of

@@ -352,3 +352,41 @@ func TestExtendMovesLease(t *testing.T) {
 		t.Errorf("keys left after the last Unlock: %v", resp.Kvs)
 	}
 }
+
+// Many holds of one Client are renewed together (one keep-alive stream and
+// one read per 100 keys), and loss is still judged per hold: deleting one
+// key loses that hold only.
+func TestBatchRenewalLossPerHold(t *testing.T) {
+	srv := testserver.Etcd(t, fastElection)
+	eps := []string{srv.Endpoint()}
+	c := client(t, eps, "batch", dlock.TTL(time.Second))
+	ctx := ctxT(t, time.Minute)
+	const n = 150
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		l, err := c.Mutex(fmt.Sprintf("n%03d", i)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	if _, err := raw(t, eps).Delete(ctx, "batch/n077/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	for i, l := range leases {
+		err := l.Err()
+		if i == 77 {
+			if !errors.Is(err, dlock.ErrLeaseLost) {
+				t.Errorf("hold whose key was deleted: Err() = %v, want ErrLeaseLost", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("hold %d lost after 2.5 TTLs of batched renewals: %v", i, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock %d: %v", i, err)
+		}
+	}
+}
