@@ -4,4 +4,5 @@ package main
 // its URL schemes with dlock.Register when it is imported.
 import (
 	_ "github.com/dlock-dev/dlock/mem"
+	_ "github.com/dlock-dev/dlock/sqlite"
 )
