@@ -333,7 +333,9 @@ func (w *waiter) Wait(ctx context.Context) error {
 			}
 		case <-t.C:
 			sent := time.Now()
-			ttls, err := w.b.keepAlive(ctx, []clientv3.LeaseID{w.h.leaseID()})
+			kctx, kcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
+			ttls, err := w.b.keepAlive(kctx, []clientv3.LeaseID{w.h.leaseID()})
+			kcancel()
 			switch {
 			case err == nil && ttls[w.h.leaseID()] <= 0:
 				return nil // Acquire says what happened

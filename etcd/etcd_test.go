@@ -390,3 +390,47 @@ func TestBatchRenewalLossPerHold(t *testing.T) {
 		}
 	}
 }
+
+// A server that stops answering (SIGSTOP) makes the hold lost by its
+// deadline, and once it answers again the same Client locks as before (the
+// keep-alive stream that hung was reset and replaced).
+func TestPausedServer(t *testing.T) {
+	srv := testserver.Etcd(t, fastElection)
+	eps := []string{srv.Endpoint()}
+	c := client(t, eps, "srvpause", dlock.TTL(2*time.Second))
+	ctx := ctxT(t, time.Minute)
+	l, err := c.Mutex("x").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	select {
+	case <-l.Done():
+		t.Logf("lease lost %v after the server stopped answering: %v", time.Since(paused).Round(time.Millisecond), l.Err())
+	case <-time.After(4 * time.Second):
+		t.Error("lease not over 4s after the server stopped answering (TTL 2s)")
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Unlock of the lost hold: %v, want ErrLeaseLost", err)
+	}
+	l2, err := c.Mutex("x").Lock(ctx) // waits for the old key's lease to expire, if it has not
+	if err != nil {
+		t.Fatalf("Lock after the server came back: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after the pause not above %d", l2.Token(), l.Token())
+	}
+	time.Sleep(3 * time.Second) // renewals work again
+	if err := l2.Err(); err != nil {
+		t.Errorf("new hold: %v", err)
+	}
+	if err := l2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

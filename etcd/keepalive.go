@@ -8,6 +8,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // keepAlives sends the backend's lease keep-alives, from every renewal,
@@ -26,6 +28,7 @@ type keepAlives struct {
 
 type kaStream struct {
 	stream  pb.Lease_LeaseKeepAliveClient
+	ctx     context.Context
 	cancel  context.CancelFunc
 	sendMu  sync.Mutex // one Send at a time
 	pending map[clientv3.LeaseID][]chan kaReply
@@ -37,6 +40,10 @@ type kaReply struct {
 }
 
 var errClosed = errors.New("etcd: backend closed")
+
+// errReset fails the requests pending on a stream that was reset because
+// another request's answer did not come in time; it counts as transient.
+var errReset = status.Error(codes.Unavailable, "etcd: keep-alive stream reset after an answer did not come in time")
 
 // stream returns the current stream, opening one if there is none. It
 // does not wait for a connection: with none ready it fails at once, and
@@ -57,7 +64,7 @@ func (k *keepAlives) streamLocked() (*kaStream, error) {
 		cancel()
 		return nil, err
 	}
-	st := &kaStream{stream: s, cancel: cancel, pending: make(map[clientv3.LeaseID][]chan kaReply)}
+	st := &kaStream{stream: s, ctx: ctx, cancel: cancel, pending: make(map[clientv3.LeaseID][]chan kaReply)}
 	k.st = st
 	k.running.Add(1)
 	go k.receive(st)
@@ -74,6 +81,12 @@ func (k *keepAlives) receive(st *kaStream) {
 		if err != nil {
 			if k.st == st {
 				k.st = nil
+			}
+			switch {
+			case k.closed:
+				err = errClosed
+			case st.ctx.Err() != nil:
+				err = errReset
 			}
 			for _, q := range st.pending {
 				for _, ch := range q {
@@ -117,6 +130,9 @@ func (k *keepAlives) keepAlive(ctx context.Context, ids []clientv3.LeaseID) (map
 	if len(uniq) == 0 {
 		return out, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
 	k.mu.Lock()
 	st, err := k.streamLocked()
 	if err != nil {
@@ -129,6 +145,10 @@ func (k *keepAlives) keepAlive(ctx context.Context, ids []clientv3.LeaseID) (map
 		st.pending[id] = append(st.pending[id], chans[i])
 	}
 	k.mu.Unlock()
+	// If ctx ends before the answers came (a server that stopped answering;
+	// a Send blocked by a full window), the stream is reset: the requests
+	// waiting on it fail as transient and the next call opens another.
+	defer context.AfterFunc(ctx, st.cancel)()
 	// Registered before sent: an answer cannot come before its request is
 	// waiting for it. Two requests for one lease are answered in order.
 	st.sendMu.Lock()
