@@ -79,7 +79,7 @@ if held and cur[1] == owner then
 end
 local w = tonumber(cur[6]) or 0
 local qlen, head, old = 0, false, false
-if w > 0 or mode == 'f' then
+if w > 0 or mode == 'f' and held then
   qlen = redis.call('LLEN', q)
   if qlen > 0 then
     old = redis.call('LINDEX', q, 0)
