@@ -63,11 +63,12 @@ environment:
 
 If the lease is lost while COMMAND runs (the backend gave the lock away, or
 could not be reached until the lease ran out), dlock sends SIGTERM to
-COMMAND's process group, SIGKILL after --grace, and exits 4. SIGHUP, SIGINT,
-SIGQUIT and SIGTERM sent to dlock are passed on to COMMAND's process group
-(except those dlock was started with ignored, e.g. SIGHUP under nohup: they
-stay ignored by both); dlock releases the lock once COMMAND has exited. Suspending dlock (Ctrl-Z)
-for longer than the TTL loses the lock.
+COMMAND's process group, SIGKILL after --grace, and exits 4.
+
+SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to dlock are passed on to COMMAND's
+process group, except those dlock was started with ignored (SIGHUP under
+nohup), which stay ignored by both; dlock releases the lock once COMMAND has
+exited. Suspending dlock (Ctrl-Z) for longer than the TTL loses the lock.
 
 Flags:
 %FLAGS%
@@ -77,7 +78,8 @@ Backend:
   The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite file
   in your state directory, sqlite://$XDG_STATE_HOME/dlock/locks.db (or
   ~/.local/state/dlock/locks.db), which coordinates the processes of one
-  host. Other hosts need a shared backend, e.g. redis://HOST:6379/0.
+  host; locks across hosts need a server backend ('dlock help' lists the
+  URL schemes built in).
 
 Exit status:
   N       COMMAND ran, holding the lock throughout, and exited with status N
