@@ -42,7 +42,7 @@ type batcher struct {
 
 // maxDirect is how many commands go out on their own before the others are
 // batched.
-const maxDirect = 2
+const maxDirect = 1
 
 // errNotSent wraps the context error of a command that was given up before
 // it was sent: its outcome is known (nothing happened).
