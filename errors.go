@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -81,16 +82,26 @@ func (e *Error) Error() string {
 		b = append(b, " on "...)
 		b = append(b, e.Backend...)
 	}
-	if s, ok := e.Kind.(*sentinel); ok {
-		b = append(b, ": "...)
-		b = append(b, s.msg...)
-	} else if e.Kind != nil {
-		b = append(b, ": "...)
-		b = append(b, e.Kind.Error()...)
-	}
+	var cause string
 	if e.Err != nil {
+		cause = e.Err.Error()
+	}
+	if e.Kind != nil {
+		kind := e.Kind.Error()
+		if s, ok := e.Kind.(*sentinel); ok {
+			// A backend's cause usually wraps the kind itself
+			// ("dlock: backend unavailable: dial ..."): say it once.
+			if rest, found := strings.CutPrefix(cause, kind); found {
+				cause = strings.TrimPrefix(rest, ": ")
+			}
+			kind = s.msg
+		}
 		b = append(b, ": "...)
-		b = append(b, e.Err.Error()...)
+		b = append(b, kind...)
+	}
+	if cause != "" {
+		b = append(b, ": "...)
+		b = append(b, cause...)
 	}
 	return string(b)
 }

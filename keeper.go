@@ -15,10 +15,11 @@ import (
 type keeper struct {
 	c *Client
 
-	mu      sync.Mutex
-	leases  map[*Lease]struct{}
-	started bool
-	stopped bool
+	mu       sync.Mutex
+	leases   map[*Lease]struct{}
+	started  bool
+	stopped  bool
+	nextWake time.Time // when the loop wakes next by itself
 
 	wakeCh chan struct{}
 	quit   chan struct{}
@@ -55,8 +56,16 @@ func (k *keeper) add(l *Lease) {
 	if !k.started {
 		k.started = true
 		go k.loop()
+		return
 	}
-	k.wake()
+	// Wake the loop only if it would sleep past the new lease's first
+	// renewal: a Lock must not cost a pass over every lease.
+	l.mu.Lock()
+	first := l.nextRenew.Add(-l.ttl / 10)
+	l.mu.Unlock()
+	if k.nextWake.IsZero() || first.Before(k.nextWake) {
+		k.wake()
+	}
 }
 
 // remove stops keeping l.
@@ -112,6 +121,7 @@ func (k *keeper) loop() {
 				ended = append(ended, l)
 			}
 		}
+		k.nextWake = next
 		k.mu.Unlock()
 		for _, l := range ended {
 			if l.takeEndRelease() {
