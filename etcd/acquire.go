@@ -204,7 +204,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 				w.rev = pr.PrevKv.CreateRevision // put by an earlier attempt
 			}
 			if pred := firstKV(tr, 1); pred != nil && pred.CreateRevision < w.rev {
-				w.pred, w.seen = string(pred.Key), tr.Header.Revision
+				w.pred, w.predRev, w.seen = string(pred.Key), pred.CreateRevision, tr.Header.Revision
 			}
 			keep = true
 			return dlock.Grant{}, w, heldError(holder)
@@ -296,14 +296,22 @@ type waiter struct {
 	rev  int64 // the key's create revision
 	ttl  int64 // the TTL etcd granted the lease, seconds
 
-	pred   string    // the predecessor's key; "" to look again at once
-	seen   int64     // a revision at which pred existed
-	retry  int       // attempts in a row that failed on etcd
-	lastKA time.Time // send time of the last successful keep-alive
+	pred    string    // the predecessor's key; "" to look again at once
+	predRev int64     // its create revision
+	seen    int64     // a revision at which pred existed
+	retry   int       // attempts in a row that failed on etcd
+	lastKA  time.Time // send time of the last successful keep-alive
 }
 
 // Wait returns when the predecessor's key is deleted (or the watch ends
 // for another reason), keeping the waiter's lease alive meanwhile.
+//
+// The watch starts at the current revision rather than at the revision at
+// which the predecessor was seen: etcd serves a watch that starts in the
+// past from a loop that catches up every 100ms, which would add up to
+// 100ms to a hand-off. What the watch cannot see — a deletion between the
+// two revisions — a read of the predecessor after the watch is in place
+// does.
 func (w *waiter) Wait(ctx context.Context) error {
 	if w.retry > 0 {
 		return sleepCtx(ctx, backoff(w.retry))
@@ -313,7 +321,23 @@ func (w *waiter) Wait(ctx context.Context) error {
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := w.b.cli.Watch(wctx, w.pred, clientv3.WithRev(w.seen+1), clientv3.WithFilterPut())
+	wch := w.b.cli.Watch(wctx, w.pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case resp, ok := <-wch:
+		if !ok || !resp.Created || resp.Canceled || resp.Err() != nil {
+			return ctx.Err() // look again
+		}
+		if resp.Header.Revision > w.seen {
+			gctx, gcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
+			g, err := w.b.cli.Get(gctx, w.pred)
+			gcancel()
+			if err != nil || len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.predRev {
+				return ctx.Err() // gone, or look again
+			}
+		}
+	}
 	every := max(time.Duration(w.ttl)*time.Second/3, 100*time.Millisecond)
 	for {
 		t := time.NewTimer(time.Until(w.lastKA.Add(every)))
@@ -386,7 +410,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		h.kept(lease, ka.sent)
 	}
 	if pred != nil {
-		w.pred, w.seen, w.retry = string(pred.Key), tr.Header.Revision, 0
+		w.pred, w.predRev, w.seen, w.retry = string(pred.Key), pred.CreateRevision, tr.Header.Revision, 0
 		return dlock.Grant{}, heldError(holder)
 	}
 	// The key is the lowest: the lock is ours once etcd keeps it a full TTL.
