@@ -21,8 +21,11 @@
 // the current holder and the key's predecessor. The holder is the key with
 // the lowest create revision. A waiter watches only its immediate
 // predecessor (the key with the highest create revision below its own) for
-// deletion, starting at the revision at which it saw that key, so no
-// deletion is missed and a release wakes one waiter, not all. Grants are
+// deletion, so a release wakes one waiter, not all. The watch starts at the
+// current revision (etcd serves a watch that starts in the past from a loop
+// that catches up every 100ms); if anything was written since the waiter
+// saw its predecessor, a read once the watch is in place checks that the
+// predecessor is still there, so no deletion is missed. Grants are
 // therefore in arrival order: the backend is fair whether or not
 // [dlock.Fair] is asked for.
 //
