@@ -125,11 +125,13 @@ func New(cli *clientv3.Client, opts ...Option) *Backend {
 	return b
 }
 
-// Open connects to the cluster described by cfg and returns a backend that
-// owns the connection: Close closes it. Unless cfg says otherwise it uses
-// a silent logger, a dial timeout of [DefaultDialTimeout] (shortened to
-// ctx's deadline) and gRPC keep-alive pings every 10 s. ctx bounds the
-// connection set-up only.
+// Open connects to the cluster described by cfg, waits for an answer from
+// one of its members (for at most the dial timeout) and returns a backend
+// that owns the connection: Close closes it. Unless cfg says otherwise it
+// uses a silent logger, a dial timeout of [DefaultDialTimeout] (shortened
+// to ctx's deadline) and gRPC keep-alive pings every 10 s. ctx bounds the
+// connection set-up only. An unreachable cluster is an error matching
+// [dlock.ErrBackendUnavailable].
 func Open(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, &kindError{kind: dlock.ErrInvalidOption, msg: "etcd: no endpoints"}
@@ -150,6 +152,15 @@ func Open(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, e
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, &kindError{kind: dlock.ErrBackendUnavailable, msg: "etcd: connecting to " + strings.Join(cfg.Endpoints, ","), err: err}
+	}
+	// One answer from one member, within the dial timeout, tells that the
+	// endpoints are right; the cluster may still be electing a leader.
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	_, err = cli.Get(pctx, "dlock-open-check", clientv3.WithSerializable(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		cli.Close()
+		return nil, &kindError{kind: dlock.ErrBackendUnavailable, msg: "etcd: no answer from " + strings.Join(cfg.Endpoints, ",") + " within " + cfg.DialTimeout.String(), err: err}
 	}
 	b := New(cli, opts...)
 	b.own = true

@@ -99,6 +99,15 @@ func TestOpenURL(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
+	start := time.Now()
+	if c, err := dlock.Open(ctx, "etcd://127.0.0.1:1/x?dial-timeout=300ms"); !errors.Is(err, dlock.ErrBackendUnavailable) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("Open of an endpoint where nothing listens: %v, want ErrBackendUnavailable", err)
+	} else if time.Since(start) > 5*time.Second {
+		t.Errorf("Open with dial-timeout=300ms took %v", time.Since(start))
+	}
 	for _, bad := range []string{"etcd:///x", "etcd://h:1,/x", "etcd://h:1/x?nope=1", "etcd://h:1/x?dial-timeout=soon"} {
 		if c, err := dlock.Open(ctx, bad); !errors.Is(err, dlock.ErrInvalidOption) {
 			if c != nil {
