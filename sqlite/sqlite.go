@@ -180,9 +180,10 @@ func newFromDB(ctx context.Context, db *sql.DB, opts []Option) (*Backend, error)
 	if err != nil {
 		return nil, errors.Join(dlock.ErrBackendUnavailable, fmt.Errorf("sqlite: PRAGMA database_list: %w", err))
 	}
-	desc := "sqlite " + file
 	if file == "" {
-		desc = "sqlite (in-memory or temporary database)"
+		// An in-memory or temporary database lives in db's connections:
+		// only the Backends on db can share it, and no other process.
+		return newBackend(ctx, db, fmt.Sprintf("%p", db), "sqlite (in-memory or temporary database)", cfg, nil, nil)
 	}
 	// The feed's connection is outside the caller's pool, which may be as
 	// small as one connection.
@@ -193,23 +194,19 @@ func newFromDB(ctx context.Context, db *sql.DB, opts []Option) (*Backend, error)
 	if real, err := filepath.EvalSymlinks(file); err == nil {
 		key = real
 	}
-	return newBackend(ctx, db, key, desc, cfg, feedDB, nil)
+	return newBackend(ctx, db, key, "sqlite "+file, cfg, feedDB, nil)
 }
 
 // newBackend makes the engine. key identifies the store (the file) in this
 // process: the Backends of the process on one file and table share its
 // in-process state and its data_version poll, on a connection that
-// feedDB opens. An empty key (an in-memory database) shares nothing and
-// polls nothing.
+// feedDB opens (nil: no poll, for an in-memory database).
 func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, feedDB func() *sql.DB, onClose func() error) (*Backend, error) {
 	var (
 		local   *sqllock.Local
 		release func() error
 	)
 	switch {
-	case key == "":
-		local = sqllock.NewLocal(nil)
-		release = local.Close
 	case cfg.privateLocal:
 		local, release = newStore(feedDB)
 	default:
@@ -290,8 +287,12 @@ func (b *Backend) Close() error { return b.e.Close() }
 // ---------------------------------------------------------------------
 
 // newStore returns in-process state for one store, with a data_version
-// poll on a connection from feedDB, and its release.
+// poll on a connection from feedDB (nil: none), and its release.
 func newStore(feedDB func() *sql.DB) (*sqllock.Local, func() error) {
+	if feedDB == nil {
+		local := sqllock.NewLocal(nil)
+		return local, local.Close
+	}
 	fdb := feedDB()
 	fdb.SetMaxOpenConns(1)
 	local := sqllock.NewLocal(sqllock.NewPollFeed(fdb.Conn, "PRAGMA data_version", pollMin, pollMax))

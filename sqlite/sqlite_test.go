@@ -86,6 +86,29 @@ func TestConformanceSharedDB(t *testing.T) {
 	}
 }
 
+// TestConformanceInMemory runs the suite on Backends made by New over one
+// in-memory database in a pool of one connection: there is no other
+// process to hear from, and nothing may need a second connection while it
+// holds one.
+func TestConformanceInMemory(t *testing.T) {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
+		b, err := sqlite.New(db)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		if !strings.Contains(b.String(), "in-memory") {
+			t.Errorf("String() = %q", b.String())
+		}
+		return b
+	})
+}
+
 func BenchmarkSQLite(b *testing.B) {
 	dlocktest.Bench(b, openFactory(filepath.Join(b.TempDir(), "bench.db")))
 }

@@ -180,13 +180,22 @@ func (e *Engine) classify(err error) ErrorClass {
 
 // retry runs fn until it returns anything but a Retry error, backing off
 // in between, or until ctx is done.
+//
+// fn gets a context that is not cancelled: ctx is checked before and
+// between attempts, but never interrupts a statement. Interrupting SQLite
+// leaves the connection marked unusable, so database/sql discards it —
+// which costs a reconnect and its prepared statements, and loses an
+// in-memory database — and a write that was sent should be seen through
+// so that its outcome is known: a grant is never made in the store and
+// then lost to a cancellation. The database's busy timeout bounds a
+// statement instead.
 func (e *Engine) retry(ctx context.Context, fn func(context.Context) error) error {
 	backoff := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := fn(ctx)
+		err := fn(context.WithoutCancel(ctx))
 		if err == nil || e.classify(err) != Retry {
 			return err
 		}
@@ -202,17 +211,14 @@ func (e *Engine) retry(ctx context.Context, fn func(context.Context) error) erro
 }
 
 // write runs fn, which writes, under the process's write lock, retrying
-// busy errors until ctx is done. fn gets a context that is not cancelled:
-// a write that was sent is seen through (the database's busy timeout
-// bounds it), so that its outcome is always known — a grant is never made
-// in the store and then lost to a cancellation.
+// busy errors until ctx is done; see retry.
 func (e *Engine) write(ctx context.Context, fn func(context.Context) error) error {
-	return e.retry(ctx, func(ctx context.Context) error {
+	return e.retry(ctx, func(dctx context.Context) error {
 		if err := e.local.lockWrite(ctx); err != nil {
 			return err
 		}
 		defer e.local.unlockWrite()
-		return fn(context.WithoutCancel(ctx))
+		return fn(dctx)
 	})
 }
 

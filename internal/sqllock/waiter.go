@@ -191,7 +191,7 @@ func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, erro
 		}
 	}
 	at := time.Now()
-	s, err := w.e.state(ctx, &w.e.pool, w.req.Name, w.seq)
+	s, err := w.e.state(context.WithoutCancel(ctx), &w.e.pool, w.req.Name, w.seq) // see Engine.retry
 	if err == nil && !w.fair {
 		w.e.local.cache(w.req.Name, gen, s, at)
 	}
