@@ -112,7 +112,7 @@ func TestConcurrentRunsSerialize(t *testing.T) {
 	const n = 4
 	var ps []*proc
 	for range n {
-		ps = append(ps, start(t, nil, "run", "--url", url, "--name", "serial", "--ttl", "2s", "--",
+		ps = append(ps, start(t, nil, "run", "--url", url, "--name", "serial", "--ttl", "10s", "--",
 			"sh", "-c", `echo "start $DLOCK_TOKEN" >> "$0"; sleep 0.2; echo "end $DLOCK_TOKEN" >> "$0"`, log))
 	}
 	for _, p := range ps {

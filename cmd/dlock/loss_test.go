@@ -19,9 +19,10 @@ import (
 // written until the lease runs out. The command is sent SIGTERM (SIGKILL
 // after --grace) and dlock exits 4 naming the lock and the cause.
 
-// lossCase starts a dlock run with a short TTL whose command records
-// SIGTERM in a file (or ignores it), waits until the command runs, and
-// returns the process, the database file and the mark file.
+// lossCase starts a dlock run with a short TTL (long enough for renewals
+// on a loaded machine) whose command records SIGTERM in a file (or ignores
+// it), waits until the command runs, and returns the process, the
+// database and the mark file.
 func lossCase(t *testing.T, ignoreTERM bool, extra ...string) (p *proc, db *sql.DB, marks string) {
 	t.Helper()
 	u := sqliteURL(t)
@@ -35,7 +36,7 @@ func lossCase(t *testing.T, ignoreTERM bool, extra ...string) (p *proc, db *sql.
 	if ignoreTERM {
 		trap = `trap '' TERM`
 	}
-	args := append([]string{"run", "--url", u + "?busy_timeout=100ms", "--name", "job", "--ttl", "300ms"}, extra...)
+	args := append([]string{"run", "--url", u + "?busy_timeout=100ms", "--name", "job", "--ttl", "1s"}, extra...)
 	args = append(args, "--", "sh", "-c", trap+`; echo ready > "$1"; while :; do sleep 0.05; done`, marks, ready)
 	p = start(t, nil, args...)
 	waitFile(t, ready, p)
