@@ -152,3 +152,15 @@ type LockInfo struct {
 type Inspector interface {
 	Inspect(ctx context.Context, prefix string) ([]LockInfo, error)
 }
+
+// LossReporter is implemented by backends that learn that a hold is lost
+// before the Client's next renewal would tell — a ZooKeeper session that
+// expired or, under a policy that counts it, a dropped connection. New
+// calls ReportLoss once with the Client's handler; the backend then calls
+// it for every hold it knows to be lost, from any goroutine. The handler
+// ends the matching leases (their Done closes, Err reports ErrLeaseLost
+// with the cause) at once; it does not block and never calls back into
+// the backend, so the backend may call it while holding its own locks.
+type LossReporter interface {
+	ReportLoss(handler func(h Hold, cause error))
+}

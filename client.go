@@ -50,6 +50,9 @@ func New(b Backend, opts ...Option) (*Client, error) {
 	c.batch, _ = b.(BatchRenewer)
 	c.closing, c.cancel = context.WithCancel(context.Background())
 	c.keeper = newKeeper(c)
+	if lr, ok := b.(LossReporter); ok {
+		lr.ReportLoss(c.keeper.lost)
+	}
 	return c, nil
 }
 

@@ -312,3 +312,42 @@ func TestUnlockAndExtendRaceWithRenewals(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// reporting is a backend that reports losses through LossReporter.
+type reporting struct {
+	dlock.Backend
+	handler func(dlock.Hold, error)
+}
+
+func (r *reporting) ReportLoss(h func(dlock.Hold, error)) { r.handler = h }
+
+func TestLossReportedByTheBackend(t *testing.T) {
+	r := &reporting{Backend: mem.New()}
+	c := newClient(t, r, dlock.TTL(time.Minute))
+	l, err := c.Mutex("s").Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Mutex("s2").Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.handler == nil {
+		t.Fatal("New did not register a loss handler")
+	}
+	cause := errors.New("session expired")
+	r.handler(dlock.Hold{Name: "s", Owner: l.Owner(), Token: l.Token()}, cause)
+	// Ended at once, long before the first renewal (20 s away).
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("reported loss did not end the lease at once")
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrLeaseLost) || !strings.Contains(err.Error(), "session expired") {
+		t.Errorf("Err() = %v, want ErrLeaseLost with the cause", err)
+	}
+	if err := other.Err(); err != nil {
+		t.Errorf("a loss reported for another hold ended this one: %v", err)
+	}
+	other.Unlock(context.Background())
+}

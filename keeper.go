@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -277,4 +278,21 @@ func (l *Lease) renewed(sent, done time.Time, ttl time.Duration, final bool, err
 		l.c.cfg.logger.Debug("dlock: renewal failed; retrying within the lease",
 			"lock", l.name, "backend", l.c.desc, "deadline_in", l.deadline.Sub(done), "err", err)
 	}
+}
+
+// lost ends the leases of hold h, which the backend reports lost.
+func (k *keeper) lost(h Hold, cause error) {
+	if cause == nil || !errors.Is(cause, ErrLeaseLost) {
+		cause = fmt.Errorf("%w: %v", ErrLeaseLost, cause)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for l := range k.leases {
+		if l.key == h.Name && l.owner == h.Owner && l.token == h.Token {
+			l.mu.Lock()
+			l.endLocked(ErrLeaseLost, cause, false, true)
+			l.mu.Unlock()
+		}
+	}
+	k.wake()
 }

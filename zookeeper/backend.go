@@ -50,6 +50,7 @@ type Backend struct {
 	holds     map[*hold]struct{}
 	orphans   []orphan
 	closed    bool
+	onLoss    func(dlock.Hold, error) // the Client's loss handler, see ReportLoss
 
 	wake   chan struct{}
 	quit   chan struct{}
@@ -61,6 +62,7 @@ type Backend struct {
 var (
 	_ dlock.Backend      = (*Backend)(nil)
 	_ dlock.BatchRenewer = (*Backend)(nil)
+	_ dlock.LossReporter = (*Backend)(nil)
 	_ dlock.Inspector    = (*Backend)(nil)
 )
 
@@ -394,4 +396,14 @@ func (b *Backend) set(ctx context.Context, path string, data []byte, version int
 func (b *Backend) del(ctx context.Context, path string, version int32) error {
 	_, err := call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(path, version) })
 	return err
+}
+
+// ReportLoss registers the Client's handler for holds found lost by the
+// session: ZooKeeper expired the session, the session clock ran out, or a
+// disconnect under LossOnDisconnect. The Client then ends those leases at
+// once instead of at its next renewal.
+func (b *Backend) ReportLoss(handler func(dlock.Hold, error)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onLoss = handler
 }

@@ -138,6 +138,9 @@ func (b *Backend) loseLocked(sid int64, cause string) {
 		if h.own && h.session == sid && h.lost == nil && !h.done {
 			h.lost = lostErr("%s (session 0x%x)", cause, sid)
 			n++
+			if b.onLoss != nil {
+				b.onLoss(dlock.Hold{Name: h.name, Owner: h.owner, Token: uint64(h.token), Handle: h}, h.lost)
+			}
 		}
 	}
 	if n > 0 {
