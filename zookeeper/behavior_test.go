@@ -244,8 +244,9 @@ func TestLossOnDisconnect(t *testing.T) {
 	hb := connect(t, []string{px.Addr()}, zookeeper.SessionTimeout(session), zookeeper.Loss(zookeeper.LossOnDisconnect))
 	wb := connect(t, []string{srv.Addr()})
 	name := "blip"
-	// With a TTL this long the Client's first renewal comes 5 s after the
-	// grant: a loss seen sooner was pushed by the backend (ReportLoss).
+	// With a TTL this long the Client's first renewal comes at least 3.5 s
+	// after the grant (TTL/3, less the batching window of TTL/10): a loss
+	// seen sooner was pushed by the backend (ReportLoss).
 	ttl := 15 * time.Second
 	held, err := client(t, hb).Mutex(name, dlock.TTL(ttl)).Lock(ctxT(t, time.Minute))
 	if err != nil {
@@ -256,7 +257,7 @@ func TestLossOnDisconnect(t *testing.T) {
 	px.Block()
 	select {
 	case <-held.Done():
-	case <-time.After(ttl / 3):
+	case <-time.After(ttl / 5):
 		t.Fatalf("lease not lost %v after the disconnect: the backend did not report the loss to the Client", time.Since(cut))
 	}
 	lost := time.Since(cut)
