@@ -50,8 +50,11 @@ type Config struct {
 
 // Defaults and limits of Config.
 const (
+	// DefaultWaiterTimeout is Config.WaiterTimeout when it is zero.
 	DefaultWaiterTimeout = 5 * time.Second
-	MinWaiterTimeout     = 300 * time.Millisecond
+	// MinWaiterTimeout is the least Config.WaiterTimeout: a waiter must be
+	// able to refresh its row several times within it.
+	MinWaiterTimeout = 300 * time.Millisecond
 )
 
 // Engine is a dlock backend on a lease table: it implements
@@ -270,7 +273,6 @@ type pool struct {
 }
 
 func (p *pool) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	count(query)
 	if st, ok := p.stmts.Load(query); ok {
 		return st.(*sql.Stmt), nil
 	}
