@@ -351,3 +351,68 @@ func TestLossReportedByTheBackend(t *testing.T) {
 	}
 	other.Unlock(context.Background())
 }
+
+// outage wraps a backend whose waiters fail with ErrBackendUnavailable
+// for a while, as during a server restart.
+type outage struct {
+	dlock.Backend
+	down atomic.Int32 // waiter calls left to fail
+}
+
+func (o *outage) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	g, w, err := o.Backend.Acquire(ctx, req)
+	if w != nil {
+		w = &outageWaiter{Waiter: w, o: o}
+	}
+	return g, w, err
+}
+
+type outageWaiter struct {
+	dlock.Waiter
+	o *outage
+}
+
+func (w *outageWaiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	if w.o.down.Add(-1) >= 0 {
+		return dlock.Grant{}, fmt.Errorf("%w: connection refused", dlock.ErrBackendUnavailable)
+	}
+	return w.Waiter.Acquire(ctx)
+}
+
+func TestWaiterRidesOutAnOutage(t *testing.T) {
+	o := &outage{Backend: mem.New()}
+	c := newClient(t, o)
+	ctx := context.Background()
+	held, err := c.Mutex("o").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.down.Store(4)
+	res := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex("o").Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		res <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	held.Unlock(ctx)
+	if err := <-res; err != nil {
+		t.Fatalf("a waiter gave up during a short outage: %v", err)
+	}
+	if n := o.down.Load(); n >= 0 {
+		t.Fatalf("the outage was not exercised (%d failures left)", n+1)
+	}
+	// With a context that ends during the outage, Lock says both.
+	held, _ = c.Mutex("o").Lock(ctx)
+	defer held.Unlock(ctx)
+	o.down.Store(1 << 20)
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	go func() { time.Sleep(20 * time.Millisecond); held.Unlock(ctx) }()
+	_, err = c.Mutex("o").Lock(wctx)
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock whose context ended during an outage: %v", err)
+	}
+}

@@ -35,6 +35,11 @@ func (m *Mutex) Name() string { return m.name }
 // If ctx ends first, Lock returns an error matching both [ErrNotAcquired]
 // and ctx.Err(), and leaves nothing behind: its place in any queue is
 // withdrawn, so nobody after it is delayed.
+//
+// If the backend cannot be reached on the first attempt, Lock returns an
+// error matching [ErrBackendUnavailable] at once. Once it is waiting, it
+// rides out such errors (a server restart, an election), trying again with
+// a backoff of up to a second until it is granted or ctx ends.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, "lock", true)
 }
@@ -87,16 +92,33 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	sent := clk.Now()
 	g, w, err := c.b.Acquire(ctx, req)
 	var seen string
-	for w != nil && err != nil && errors.Is(err, ErrNotAcquired) {
-		if m.cfg.onWait != nil {
-			var held *HeldError
-			if errors.As(err, &held) && held.Holder.Owner != seen {
-				seen = held.Holder.Owner
-				m.cfg.onWait(held.Holder)
+	var backoff time.Duration
+wait:
+	for w != nil && err != nil {
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			backoff = 0
+			if m.cfg.onWait != nil {
+				var held *HeldError
+				if errors.As(err, &held) && held.Holder.Owner != seen {
+					seen = held.Holder.Owner
+					m.cfg.onWait(held.Holder)
+				}
 			}
+			err = w.Wait(ctx)
+		case errors.Is(err, ErrBackendUnavailable) && ctx.Err() == nil:
+			// A waiter rides out a store that is briefly unreachable (a
+			// restart, an election) until its context ends; only the
+			// first attempt reports such an error at once.
+			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
+			c.cfg.logger.Debug("dlock: backend unavailable while waiting; retrying",
+				"lock", m.name, "backend", c.desc, "in", backoff, "err", err)
+			err = sleepCtx(ctx, backoff)
+		default:
+			break wait
 		}
-		if err = w.Wait(ctx); err != nil {
-			break
+		if err != nil {
+			continue // the switch judges the error of Wait or of the pause
 		}
 		sent = clk.Now()
 		g, err = w.Acquire(ctx)
@@ -162,4 +184,16 @@ func LeaseFrom(ctx context.Context) *Lease {
 // tried again: often enough for several tries within the lease.
 func retryDelay(ttl time.Duration) time.Duration {
 	return min(max(ttl/20, 5*time.Millisecond), time.Second)
+}
+
+// sleepCtx waits for d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
