@@ -416,3 +416,23 @@ func TestWaiterRidesOutAnOutage(t *testing.T) {
 		t.Fatalf("Lock whose context ended during an outage: %v", err)
 	}
 }
+
+func TestTimedOutLockSaysWhoHeldIt(t *testing.T) {
+	c := newClient(t, mem.New())
+	ctx := context.Background()
+	held, _ := c.Mutex("h").Lock(ctx)
+	defer held.Unlock(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	_, err := c.Mutex("h").Lock(wctx)
+	var he *dlock.HeldError
+	if !errors.As(err, &he) || he.Holder.Owner != held.Owner() || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock that timed out: %v; want the holder and the deadline", err)
+	}
+	if err := dlock.CheckName("ok/name"); err != nil {
+		t.Error(err)
+	}
+	if err := dlock.CheckName("bad\x00"); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Errorf("CheckName of a NUL name: %v", err)
+	}
+}

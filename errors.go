@@ -22,7 +22,7 @@ var (
 	// ErrNotAcquired means the lock is held by another owner: TryLock found it
 	// held, or Lock gave up because its context ended (then the error also
 	// matches ctx.Err()).
-	ErrNotAcquired error = &sentinel{"not acquired: held by another owner"}
+	ErrNotAcquired error = &sentinel{"not acquired"}
 
 	// ErrLeaseLost means a lease is no longer valid: the backend gave the lock
 	// to another owner or expired it, renewal failed until the lease's
@@ -175,3 +175,17 @@ func (e *lostError) Is(target error) bool {
 }
 
 func (e *lostError) Unwrap() error { return e.err }
+
+// chain is like errors.Join, but its text is one line: the errors' texts
+// joined by ": ".
+type chain []error
+
+func (c chain) Error() string {
+	s := make([]string, len(c))
+	for i, e := range c {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, ": ")
+}
+
+func (c chain) Unwrap() []error { return c }

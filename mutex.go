@@ -91,17 +91,21 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	clk := c.cfg.clock
 	sent := clk.Now()
 	g, w, err := c.b.Acquire(ctx, req)
-	var seen string
+	var (
+		seen     Holder // the holder OnWait was last told of
+		lastBusy error  // the last "held by" answer, for the error if ctx ends
+	)
 	var backoff time.Duration
 wait:
 	for w != nil && err != nil {
 		switch {
 		case errors.Is(err, ErrNotAcquired):
 			backoff = 0
+			lastBusy = err
 			if m.cfg.onWait != nil {
 				var held *HeldError
-				if errors.As(err, &held) && held.Holder.Owner != seen {
-					seen = held.Holder.Owner
+				if errors.As(err, &held) && (held.Holder.Owner != seen.Owner || held.Holder.Token != seen.Token) {
+					seen = held.Holder
 					m.cfg.onWait(held.Holder)
 				}
 			}
@@ -137,7 +141,11 @@ wait:
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			// The wait ended by cancellation: match ErrNotAcquired and ctx.Err().
 			if !errors.Is(err, ctxErr) {
-				err = errors.Join(err, ctxErr)
+				err = chain{err, ctxErr}
+			}
+			if lastBusy != nil && !errors.Is(err, ErrNotAcquired) {
+				// Say who held the lock when the wait ended.
+				err = chain{lastBusy, err}
 			}
 			return fail(ErrNotAcquired, err)
 		}
@@ -146,6 +154,17 @@ wait:
 	l := newLease(c, m, key, owner, g, sent)
 	c.keeper.add(l)
 	return l, nil
+}
+
+// CheckName reports whether name is a valid lock name: 1-255 bytes of
+// valid UTF-8 without NUL. The error matches [ErrInvalidName]. Lock and
+// TryLock check names themselves; CheckName lets a program refuse a bad
+// name before it connects to a backend.
+func CheckName(name string) error {
+	if msg := validName(name, MaxNameLen); msg != "" {
+		return &Error{Op: "check", Name: name, Kind: ErrInvalidName, Err: fmt.Errorf("name %s", msg)}
+	}
+	return nil
 }
 
 var ownerPrefix = func() string {

@@ -171,7 +171,9 @@ func Drift(f float64) Option {
 }
 
 // OnWait sets a function that Lock calls when it finds the lock held and
-// starts (or goes on) waiting, each time the holder it learns of changes.
+// starts (or goes on) waiting, each time the holder it learns of changes
+// (another owner, or a new grant with another token). It is called only
+// when the backend names the holder (a [*HeldError]).
 // The CLI uses it to tell a person what they are waiting for. fn must not
 // block.
 func OnWait(fn func(Holder)) Option {
