@@ -1,0 +1,126 @@
+package sqllock
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// PostgreSQL is the dialect of PostgreSQL 12 or later through pgx
+// (github.com/jackc/pgx/v5/stdlib). now() is the start of the transaction
+// (of the statement, outside one): the same value everywhere in a
+// statement, and never later than the moment a statement that waited for
+// a row lock acts, so a take-over judged by it is never early.
+//
+// Its Schema also creates a trigger that sends NOTIFY on the channel
+// [PostgresChannel] whenever a lock is freed (its owner cleared) or a fair
+// waiter leaves the queue: the release stays one statement, and waiters in
+// other processes LISTEN instead of polling. The statements run under a
+// transaction-level advisory lock, so that processes that start at once
+// do not race on the catalog.
+var PostgreSQL = Dialect{
+	Name:      "postgres",
+	Rebind:    rebindDollar,
+	Now:       "(floor(extract(epoch from now()) * 1000)::bigint)",
+	Max:       "GREATEST",
+	Returning: true,
+	Begin:     "BEGIN",
+	Schema:    postgresSchema,
+	Classify:  classifyPostgres,
+}
+
+// PostgresChannel returns the NOTIFY channel of lease table table: its
+// name in lower case, as PostgreSQL folds unquoted identifiers.
+func PostgresChannel(table string) string { return strings.ToLower(table) }
+
+// rebindDollar turns the i-th "?" into $i.
+func rebindDollar(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func postgresSchema(locks, waiters string) []string {
+	ch := PostgresChannel(locks)
+	fn := locks + "_notify"
+	return []string{
+		// One creator at a time: CREATE … IF NOT EXISTS is not safe
+		// against a concurrent creation of the same name in PostgreSQL.
+		`SELECT pg_advisory_xact_lock(hashtext('dlock schema ' || '` + ch + `'))`,
+		`CREATE TABLE IF NOT EXISTS ` + locks + ` (
+	name       TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+	owner      TEXT   NOT NULL DEFAULT '',
+	holds      INTEGER NOT NULL DEFAULT 0,
+	token      BIGINT NOT NULL DEFAULT 0,
+	expires_at BIGINT NOT NULL DEFAULT 0
+)`,
+		`CREATE TABLE IF NOT EXISTS ` + waiters + ` (
+	seq        BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	name       TEXT COLLATE "C" NOT NULL,
+	owner      TEXT   NOT NULL,
+	expires_at BIGINT NOT NULL
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + waiters + `_name ON ` + waiters + ` (name, seq)`,
+		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	PERFORM pg_notify('` + ch + `', '');
+	RETURN NULL;
+END
+$f$`,
+		`DO $d$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = '` + strings.ToLower(locks) + `_freed') THEN
+		CREATE TRIGGER ` + locks + `_freed AFTER UPDATE ON ` + locks + ` FOR EACH ROW
+			WHEN (OLD.owner <> '' AND NEW.owner = '') EXECUTE FUNCTION ` + fn + `();
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + waiters + `'::regclass AND tgname = '` + strings.ToLower(waiters) + `_left') THEN
+		CREATE TRIGGER ` + waiters + `_left AFTER DELETE ON ` + waiters + ` FOR EACH ROW EXECUTE FUNCTION ` + fn + `();
+	END IF;
+END
+$d$`,
+	}
+}
+
+func classifyPostgres(err error) ErrorClass {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03", pe.Code == "23505":
+			// serialization failure, deadlock, lock not available, and a
+			// unique violation of two first inserts racing in a
+			// transaction (the statement changed nothing)
+			return Retry
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			strings.HasPrefix(pe.Code, "53"), // insufficient resources
+			strings.HasPrefix(pe.Code, "57"), // operator intervention: shutdown, terminated, cannot connect now
+			strings.HasPrefix(pe.Code, "28"), // invalid authorization
+			pe.Code == "3D000",               // database does not exist
+			pe.Code == "25006":               // read-only transaction (a standby)
+			return Unavailable
+		}
+		return Other
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	switch {
+	case errors.As(err, &ce), errors.As(err, &ne),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		strings.Contains(err.Error(), "conn closed"),
+		strings.Contains(err.Error(), "closed pool"):
+		return Unavailable
+	}
+	return classifyCommon(err)
+}

@@ -1,0 +1,300 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/testserver"
+	"github.com/dlock-dev/dlock/postgres"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"go.uber.org/goleak"
+)
+
+// childEnv, when set, makes this test binary a worker process of
+// TestProcesses.
+const childEnv = "DLOCK_PG_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(m.Run())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func openFactory(dsn string, opts ...postgres.Option) dlocktest.Factory {
+	return func(t testing.TB) dlock.Backend {
+		t.Helper()
+		b, err := postgres.Open(dsn, opts...)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return b
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := testserver.Postgres(t)
+	dlocktest.Run(t, openFactory(srv.TestDSN()))
+}
+
+// TestConformancePool runs the suite on Backends over one pgxpool.Pool
+// and, with another table, over one *sql.DB; both stay open after.
+func TestConformancePool(t *testing.T) {
+	srv := testserver.Postgres(t)
+	// Pools big enough for the suite's 16 goroutines: a small pool (pgxpool's
+	// default is 4 connections on 2 cores; database/sql keeps 2 idle) makes
+	// them queue or reconnect all the time.
+	pcfg, err := pgxpool.ParseConfig(srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 24
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Run("pgxpool", func(t *testing.T) {
+		dlocktest.Run(t, func(t testing.TB) dlock.Backend {
+			b, err := postgres.NewPool(pool, postgres.Table("pool_locks"))
+			if err != nil {
+				t.Fatalf("NewPool: %v", err)
+			}
+			return b
+		})
+	})
+	db, err := sql.Open("pgx", srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(24)
+	t.Cleanup(func() { db.Close() })
+	t.Run("sql.DB", func(t *testing.T) {
+		dlocktest.Run(t, func(t testing.TB) dlock.Backend {
+			b, err := postgres.New(db, postgres.Table("db_locks"))
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			if want := "postgres 127.0.0.1:"; !strings.HasPrefix(b.String(), want) || !strings.HasSuffix(b.String(), "/test") {
+				t.Errorf("String() = %q", b.String())
+			}
+			return b
+		})
+	})
+	if err := db.Ping(); err != nil {
+		t.Fatalf("the caller's DB after the Backends closed: %v", err)
+	}
+	if err := pool.Ping(context.Background()); err != nil {
+		t.Fatalf("the caller's pool after the Backends closed: %v", err)
+	}
+}
+
+// counter counts the statements pgx sends.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestStatements counts the statements of an acquisition, a renewal and
+// a release at the driver: one each.
+func TestStatements(t *testing.T) {
+	srv := testserver.Postgres(t)
+	cfg, err := pgxpool.ParseConfig(srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := new(counter)
+	cfg.ConnConfig.Tracer = cnt
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	b, err := postgres.NewPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := dlock.Request{Name: "stmts", Owner: "o", TTL: 10 * time.Second}
+	// Warm up (prepare) first.
+	for range 2 {
+		g, _, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	measure := func(what string, fn func()) {
+		before := cnt.n.Load()
+		fn()
+		n := cnt.n.Load() - before
+		t.Logf("%s: %d statement(s)", what, n)
+		if n != 1 {
+			t.Errorf("%s took %d statements, want 1", what, n)
+		}
+	}
+	var g dlock.Grant
+	measure("acquire", func() {
+		g, _, err = b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	h := dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}
+	measure("renew", func() {
+		if err := b.Renew(ctx, h, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	measure("release", func() {
+		if err := b.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenErrors: unreachable server, failed login, malformed DSN and URL,
+// bad options: clear errors, nothing left open.
+func TestOpenErrors(t *testing.T) {
+	srv := testserver.Postgres(t)
+	ctx := context.Background()
+
+	_, err := postgres.Open("postgres://postgres@127.0.0.1:1/test?sslmode=disable")
+	t.Logf("unreachable: %v", err)
+	if !errors.Is(err, dlock.ErrBackendUnavailable) || !strings.Contains(err.Error(), "127.0.0.1:1/test") {
+		t.Errorf("Open of an unreachable server: %v; want ErrBackendUnavailable naming the server", err)
+	}
+
+	_, err = postgres.Open(strings.Replace(srv.TestDSN(), "/test?", "/nosuchdb?", 1))
+	t.Logf("no database: %v", err)
+	if !errors.Is(err, dlock.ErrBackendUnavailable) || !strings.Contains(err.Error(), "nosuchdb") {
+		t.Errorf("Open of a missing database: %v", err)
+	}
+
+	if _, err := srv.Query(ctx, "test", `CREATE ROLE pwuser LOGIN PASSWORD 'right'`); err != nil {
+		t.Fatal(err)
+	}
+	// The server trusts everybody; make it ask pwuser for a password.
+	hba := filepath.Join(srv.Dir(), "data", "pg_hba.conf")
+	conf, err := os.ReadFile(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hba, append([]byte("host all pwuser 127.0.0.1/32 scram-sha-256\n"), conf...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Query(ctx, "test", `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the postmaster rereads the file on SIGHUP
+	_, err = postgres.Open("postgres://pwuser:s3cret@" + srv.Addr() + "/test?sslmode=disable")
+	t.Logf("wrong password: %v", err)
+	if !errors.Is(err, dlock.ErrBackendUnavailable) || strings.Contains(err.Error(), "s3cret") ||
+		!strings.Contains(err.Error(), "password authentication failed") {
+		t.Errorf("Open with a wrong password: %v; want ErrBackendUnavailable saying so, without the password", err)
+	}
+
+	_, err = postgres.Open("postgres://host:notaport/db")
+	t.Logf("malformed: %v", err)
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("malformed DSN: %v; want ErrInvalidOption", err)
+	}
+
+	_, err = dlock.Open(ctx, srv.TestDSN()+"&table=1bad")
+	t.Logf("bad table: %v", err)
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("bad table: %v; want ErrInvalidOption", err)
+	}
+
+	_, err = dlock.Open(ctx, "postgres://u:pw@127.0.0.1:1/test?sslmode=disable")
+	t.Logf("dlock.Open unreachable: %v", err)
+	if !errors.Is(err, dlock.ErrBackendUnavailable) || strings.Contains(err.Error(), ":pw@") {
+		t.Errorf("dlock.Open unreachable: %v", err)
+	}
+
+	// No connection left behind by the failures: only this query's own.
+	rows, err := srv.Query(ctx, "test", `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0][0] != "0" {
+		t.Errorf("%s connections left open", rows[0][0])
+	}
+}
+
+// TestURL opens through dlock.Open with both schemes and a table option.
+func TestURL(t *testing.T) {
+	srv := testserver.Postgres(t)
+	ctx := context.Background()
+	u, _ := url.Parse(srv.TestDSN())
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		u.Scheme = scheme
+		c, err := dlock.Open(ctx, u.String()+"&table=url_locks&waiter_timeout=2s")
+		if err != nil {
+			t.Fatalf("%s: %v", scheme, err)
+		}
+		l, err := c.Mutex("x").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Inspect(ctx, "")
+		if err != nil || len(info) != 1 || info[0].Token != l.Token() {
+			t.Errorf("Inspect: %+v, %v", info, err)
+		}
+		l.Unlock(ctx)
+		c.Close()
+	}
+	rows, err := srv.Query(ctx, "test", `SELECT count(*) FROM url_locks`)
+	if err != nil || rows[0][0] != "1" {
+		t.Fatalf("url_locks: %v %v", rows, err)
+	}
+}
+
+// TestMigrateConcurrent creates the tables from many connections at once.
+func TestMigrateConcurrent(t *testing.T) {
+	srv := testserver.Postgres(t)
+	db, err := sql.Open("pgx", srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			errs <- postgres.Migrate(context.Background(), db, postgres.Table("mig_locks"))
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_trigger WHERE tgname IN ('mig_locks_freed', 'mig_locks_waiters_left')`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("triggers: %d, %v", n, err)
+	}
+}
