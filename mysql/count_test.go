@@ -1,0 +1,168 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testserver"
+	"github.com/dlock-dev/dlock/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
+)
+
+// countingConnector counts the statements executed through its
+// connections (each one round trip, with interpolateParams) at the
+// database/sql driver interface.
+type countingConnector struct {
+	driver.Connector
+	n atomic.Int64
+}
+
+func (c *countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: conn, n: &c.n}, nil
+}
+
+type countingConn struct {
+	driver.Conn
+	n *atomic.Int64
+}
+
+func (c *countingConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	c.n.Add(1)
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+func (c *countingConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	c.n.Add(1)
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
+}
+
+func (c *countingConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	st, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &countingStmt{Stmt: st, n: c.n}, nil
+}
+
+func (c *countingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	c.n.Add(1)
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c *countingConn) ResetSession(ctx context.Context) error {
+	if r, ok := c.Conn.(driver.SessionResetter); ok {
+		return r.ResetSession(ctx)
+	}
+	return nil
+}
+
+func (c *countingConn) IsValid() bool {
+	if v, ok := c.Conn.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
+}
+
+func (c *countingConn) CheckNamedValue(nv *driver.NamedValue) error {
+	if ch, ok := c.Conn.(driver.NamedValueChecker); ok {
+		return ch.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}
+
+type countingStmt struct {
+	driver.Stmt
+	n *atomic.Int64
+}
+
+func (s *countingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.n.Add(1)
+	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+}
+
+func (s *countingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.n.Add(1)
+	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+func (s *countingStmt) CheckNamedValue(nv *driver.NamedValue) error {
+	if ch, ok := s.Stmt.(driver.NamedValueChecker); ok {
+		return ch.CheckNamedValue(nv)
+	}
+	return driver.ErrSkip
+}
+
+// TestStatements counts the statements of an acquisition, a renewal and a
+// release at the driver.
+func TestStatements(t *testing.T) {
+	srv := testserver.MariaDB(t)
+	mc, err := gomysql.ParseDSN(srv.DSN() + "?clientFoundRows=true&interpolateParams=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := gomysql.NewConnector(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := &countingConnector{Connector: base}
+	db := sql.OpenDB(cnt)
+	defer db.Close()
+	b, err := mysql.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	req := dlock.Request{Name: "stmts", Owner: "o", TTL: 10 * time.Second}
+	for range 2 { // prepare the statements first
+		g, _, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	measure := func(what string, want int64, fn func()) {
+		before := cnt.n.Load()
+		fn()
+		n := cnt.n.Load() - before
+		t.Logf("%s: %d statement(s)", what, n)
+		if n != want {
+			t.Errorf("%s took %d statements, want %d", what, n, want)
+		}
+	}
+	var g dlock.Grant
+	// MySQL has no RETURNING on UPDATE: START TRANSACTION, INSERT IGNORE,
+	// UPDATE, SELECT, COMMIT.
+	measure("acquire", 5, func() {
+		if g, _, err = b.Acquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	h := dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}
+	measure("renew", 1, func() {
+		if err := b.Renew(ctx, h, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	measure("renew in the same millisecond", 1, func() {
+		if err := b.Renew(ctx, h, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	measure("release", 1, func() {
+		if err := b.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,250 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/sqllock"
+	"github.com/go-sql-driver/mysql"
+)
+
+// Backend is a dlock backend on a MySQL or MariaDB lease table. It is
+// safe for concurrent use; see the package doc for what it guarantees.
+type Backend struct {
+	e    *sqllock.Engine
+	desc string
+}
+
+var (
+	_ dlock.Backend      = (*Backend)(nil)
+	_ dlock.BatchRenewer = (*Backend)(nil)
+	_ dlock.Inspector    = (*Backend)(nil)
+)
+
+// setupTimeout bounds connecting and creating the tables when the caller
+// gives no context (Open, New).
+const setupTimeout = 30 * time.Second
+
+// DefaultConnectTimeout is the dial timeout Open uses when the DSN sets
+// none (timeout=).
+const DefaultConnectTimeout = 10 * time.Second
+
+// Open connects to the database of dsn, a go-sql-driver/mysql DSN
+// ("user:password@tcp(host:3306)/db?param=value"; the database must be
+// named), and returns a Backend on it, with the tables created if needed.
+// Open sets clientFoundRows=true and interpolateParams=true, which the
+// backend needs, and a dial timeout of [DefaultConnectTimeout] unless the
+// DSN has one. If the database cannot be reached or refuses the login,
+// the error names the server, matches [dlock.ErrBackendUnavailable], and
+// nothing is left open. Close closes the connections.
+func Open(dsn string, opts ...Option) (*Backend, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, invalid("DSN: %v", err) // the driver's messages do not repeat the DSN
+	}
+	return open(ctx, mc, opts)
+}
+
+func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error) {
+	cfg, err := resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	if mc.DBName == "" {
+		return nil, invalid("the DSN names no database")
+	}
+	mc.ClientFoundRows = true
+	mc.InterpolateParams = true
+	if mc.Timeout == 0 {
+		mc.Timeout = DefaultConnectTimeout
+	}
+	desc := "mysql " + mc.Addr + "/" + mc.DBName
+	conn, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, openError(desc, err)
+	}
+	b, err := newBackend(ctx, db, desc, cfg, db.Close)
+	if err != nil {
+		db.Close()
+		return nil, openError(desc, err)
+	}
+	return b, nil
+}
+
+// New returns a Backend on db, a MySQL or MariaDB database the caller
+// opened with go-sql-driver/mysql, creating the tables if needed. db's DSN
+// must set clientFoundRows=true (New checks it): a renewal that matches
+// the row but changes nothing must count. interpolateParams=true saves a
+// round trip per statement inside transactions. Close does not close db.
+func New(db *sql.DB, opts ...Option) (*Backend, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if db == nil {
+		return nil, invalid("nil *sql.DB")
+	}
+	cfg, err := resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := describe(ctx, db)
+	if err != nil {
+		return nil, openError("mysql", err)
+	}
+	if err := checkFoundRows(ctx, db); err != nil {
+		return nil, openError(desc, err)
+	}
+	b, err := newBackend(ctx, db, desc, cfg, nil)
+	if err != nil {
+		return nil, openError(desc, err)
+	}
+	return b, nil
+}
+
+// checkFoundRows checks that an UPDATE counts the rows it matched, not the
+// rows it changed, on a temporary table of one connection.
+func checkFoundRows(ctx context.Context, db *sql.DB) error {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, `CREATE TEMPORARY TABLE dlock_found_rows_probe (x INT)`); err != nil {
+		return err
+	}
+	defer c.ExecContext(context.WithoutCancel(ctx), `DROP TEMPORARY TABLE dlock_found_rows_probe`)
+	if _, err := c.ExecContext(ctx, `INSERT INTO dlock_found_rows_probe VALUES (1)`); err != nil {
+		return err
+	}
+	res, err := c.ExecContext(ctx, `UPDATE dlock_found_rows_probe SET x = 1`)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return invalid("the DSN must set clientFoundRows=true (an UPDATE that matches a row but changes nothing must count it)")
+	}
+	return nil
+}
+
+func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config, onClose func() error) (*Backend, error) {
+	e, err := sqllock.New(ctx, db, sqllock.MySQL, sqllock.Config{
+		Table:         cfg.table,
+		WaiterTimeout: cfg.waiterTimeout,
+		Desc:          desc,
+		OnClose:       onClose,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{e: e, desc: desc}, nil
+}
+
+// describe returns "mysql host:port/db" as the server reports it.
+func describe(ctx context.Context, db *sql.DB) (string, error) {
+	var (
+		host   string
+		port   int
+		dbname sql.NullString
+	)
+	if err := db.QueryRowContext(ctx, `SELECT @@hostname, @@port, DATABASE()`).Scan(&host, &port, &dbname); err != nil {
+		return "", err
+	}
+	if !dbname.Valid {
+		return "", invalid("the connection has no current database (name one in the DSN)")
+	}
+	return fmt.Sprintf("mysql %s:%d/%s", host, port, dbname.String), nil
+}
+
+// Migrate creates the lease table and the waiters table in db if they do
+// not exist (the Table option names them), as Open and New do on first
+// use. It is safe to run from several processes at once (CREATE TABLE IF
+// NOT EXISTS takes the table's metadata lock). `dlock migrate` uses it to
+// create them ahead of time.
+func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
+	cfg, err := resolve(opts)
+	if err != nil {
+		return err
+	}
+	return sqllock.Migrate(ctx, db, sqllock.MySQL, cfg.table)
+}
+
+// String describes the backend: "mysql 127.0.0.1:3306/db" (no user or
+// password).
+func (b *Backend) String() string { return b.desc }
+
+// Table returns the name of the lease table.
+func (b *Backend) Table() string { return b.e.Table() }
+
+// Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
+// transaction: INSERT IGNORE of a free row, the conditional UPDATE, and a
+// SELECT of the grant.
+func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	return b.e.Acquire(ctx, req)
+}
+
+// Renew extends the hold h to ttl from now by the database's clock: one
+// UPDATE, checked by owner, token and expiry.
+func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	return b.e.Renew(ctx, h, ttl)
+}
+
+// RenewBatch renews many holds in one transaction; see [dlock.BatchRenewer].
+func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	return b.e.RenewBatch(ctx, rs)
+}
+
+// Release gives up one hold of h: one UPDATE, checked by owner, token and
+// expiry. The waiters of this process are woken at once.
+func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	return b.e.Release(ctx, h)
+}
+
+// Inspect lists the held locks whose names start with prefix; see
+// [dlock.Inspector]. Waiters counts the fair waiters.
+func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
+	return b.e.Inspect(ctx, prefix)
+}
+
+// Close closes the connections Open opened (not a *sql.DB given to New).
+// It does not release held locks.
+func (b *Backend) Close() error { return b.e.Close() }
+
+// openErr is an error of Open or New: it names the server, and matches
+// dlock.ErrBackendUnavailable when the database cannot be reached or used.
+type openErr struct {
+	desc string
+	err  error
+}
+
+func openError(desc string, err error) error {
+	if errors.Is(err, dlock.ErrInvalidOption) || errors.Is(err, dlock.ErrBackendUnavailable) {
+		return fmt.Errorf("%s: %w", desc, err)
+	}
+	return &openErr{desc: desc, err: err}
+}
+
+func (e *openErr) Error() string { return e.desc + ": " + e.err.Error() }
+
+func (e *openErr) Unwrap() []error {
+	if sqllock.MySQL.Classify(e.err) == sqllock.Other {
+		return []error{e.err}
+	}
+	return []error{dlock.ErrBackendUnavailable, e.err}
+}
+
+// invalid returns an error matching dlock.ErrInvalidOption.
+func invalid(format string, args ...any) error {
+	return sqllock.Errorf(dlock.ErrInvalidOption, "mysql: "+format, args...)
+}

@@ -1,0 +1,75 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"testing"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/testserver"
+	"github.com/dlock-dev/dlock/mysql"
+	"go.uber.org/goleak"
+)
+
+// childEnv, when set, makes this test binary a worker process of
+// TestProcesses.
+const childEnv = "DLOCK_MYSQL_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(m.Run())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func openFactory(dsn string, opts ...mysql.Option) dlocktest.Factory {
+	return func(t testing.TB) dlock.Backend {
+		t.Helper()
+		b, err := mysql.Open(dsn, opts...)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return b
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := testserver.MariaDB(t)
+	dlocktest.Run(t, openFactory(srv.DSN()))
+}
+
+// TestConformanceDB runs the suite on Backends over one *sql.DB of the
+// caller's, which stays open after.
+func TestConformanceDB(t *testing.T) {
+	srv := testserver.MariaDB(t)
+	db, err := sql.Open("mysql", srv.DSN()+"?clientFoundRows=true&interpolateParams=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(24)
+	t.Cleanup(func() { db.Close() })
+	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
+		b, err := mysql.New(db, mysql.Table("db_locks"))
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return b
+		// The per-item leak check would count the watcher goroutine of
+		// each of the caller's pooled connections; TestMain checks for
+		// leaks once db is closed.
+	}, dlocktest.NoLeakCheck())
+	if err := db.PingContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func openDB(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}

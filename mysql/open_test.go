@@ -1,0 +1,152 @@
+package mysql_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testserver"
+	"github.com/dlock-dev/dlock/mysql"
+)
+
+// TestOpenErrors: unreachable server, failed login, missing database,
+// malformed DSN and URL, a DSN without clientFoundRows: clear errors,
+// nothing left open.
+func TestOpenErrors(t *testing.T) {
+	srv := testserver.MariaDB(t)
+	ctx := context.Background()
+
+	_, err := mysql.Open("root@tcp(127.0.0.1:1)/test")
+	t.Logf("unreachable: %v", err)
+	if !errors.Is(err, dlock.ErrBackendUnavailable) || !strings.Contains(err.Error(), "127.0.0.1:1/test") {
+		t.Errorf("Open of an unreachable server: %v; want ErrBackendUnavailable naming the server", err)
+	}
+
+	_, err = mysql.Open(srv.DSNFor("nosuchdb"))
+	t.Logf("no database: %v", err)
+	if !errors.Is(err, dlock.ErrBackendUnavailable) || !strings.Contains(err.Error(), "nosuchdb") {
+		t.Errorf("Open of a missing database: %v", err)
+	}
+
+	for _, q := range []string{`CREATE USER 'pwuser'@'%' IDENTIFIED BY 'right'`, `GRANT ALL ON test.* TO 'pwuser'@'%'`} {
+		if _, err := srv.Query(ctx, "", q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = mysql.Open("pwuser:s3cret@tcp(" + srv.Addr() + ")/test")
+	t.Logf("wrong password: %v", err)
+	if !errors.Is(err, dlock.ErrBackendUnavailable) || strings.Contains(err.Error(), "s3cret") ||
+		!strings.Contains(err.Error(), "Access denied") {
+		t.Errorf("Open with a wrong password: %v; want ErrBackendUnavailable saying so, without the password", err)
+	}
+	b, err := mysql.Open("pwuser:right@tcp(" + srv.Addr() + ")/test")
+	if err != nil {
+		t.Fatalf("Open with the right password: %v", err)
+	}
+	if s := b.String(); strings.Contains(s, "right") || s != "mysql "+srv.Addr()+"/test" {
+		t.Errorf("String() = %q", s)
+	}
+	b.Close()
+
+	_, err = mysql.Open("root@tcp(127.0.0.1:1/test")
+	t.Logf("malformed: %v", err)
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("malformed DSN: %v; want ErrInvalidOption", err)
+	}
+	_, err = mysql.Open("root@tcp(" + srv.Addr() + ")/")
+	if !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("DSN without a database: %v; want ErrInvalidOption", err)
+	}
+
+	for _, raw := range []string{
+		"mysql://root@" + srv.Addr() + "/test?table=1bad",
+		"mysql://root@" + srv.Addr() + "/",
+		"mysql://root@" + srv.Addr() + "/test?waiter_timeout=soon",
+		"mysql:opaque",
+	} {
+		_, err = dlock.Open(ctx, raw)
+		t.Logf("%s: %v", raw, err)
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("dlock.Open(%q): %v; want ErrInvalidOption", raw, err)
+		}
+	}
+	_, err = dlock.Open(ctx, "mysql://u:pw@127.0.0.1:1/test")
+	t.Logf("dlock.Open unreachable: %v", err)
+	if !errors.Is(err, dlock.ErrBackendUnavailable) || strings.Contains(err.Error(), ":pw@") {
+		t.Errorf("dlock.Open unreachable: %v", err)
+	}
+
+	// New refuses a DSN without clientFoundRows.
+	db := openDB(t, srv.DSN())
+	_, err = mysql.New(db)
+	t.Logf("without clientFoundRows: %v", err)
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "clientFoundRows") {
+		t.Errorf("New without clientFoundRows: %v", err)
+	}
+	db.Close()
+
+	// No connection left behind by the failures.
+	rows, err := srv.Query(ctx, "", `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+		WHERE ID <> CONNECTION_ID() AND COMMAND NOT IN ('Daemon') AND USER NOT IN ('system user', 'event_scheduler')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0][0] != "0" {
+		t.Errorf("%s connections left open", rows[0][0])
+	}
+}
+
+// TestURL opens through dlock.Open, with a password that needs escaping
+// and a table option.
+func TestURL(t *testing.T) {
+	srv := testserver.MariaDB(t)
+	ctx := context.Background()
+	for _, q := range []string{`CREATE USER 'app'@'%' IDENTIFIED BY 'p@ss/w:rd'`, `GRANT ALL ON test.* TO 'app'@'%'`} {
+		if _, err := srv.Query(ctx, "", q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := url.URL{Scheme: "mysql", User: url.UserPassword("app", "p@ss/w:rd"), Host: srv.Addr(), Path: "/test",
+		RawQuery: "table=url_locks&waiter_timeout=2s&innodb_lock_wait_timeout=5"}
+	c, err := dlock.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Mutex("x").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Inspect(ctx, "")
+	if err != nil || len(info) != 1 || info[0].Token != l.Token() {
+		t.Errorf("Inspect: %+v, %v", info, err)
+	}
+	l.Unlock(ctx)
+	rows, err := srv.Query(ctx, "test", `SELECT COUNT(*) FROM url_locks`)
+	if err != nil || rows[0][0] != "1" {
+		t.Fatalf("url_locks: %v %v", rows, err)
+	}
+}
+
+// TestMigrateConcurrent creates the tables from many connections at once.
+func TestMigrateConcurrent(t *testing.T) {
+	srv := testserver.MariaDB(t)
+	db := openDB(t, srv.DSN())
+	defer db.Close()
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- mysql.Migrate(context.Background(), db, mysql.Table("mig_locks")) }()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'mig_locks%'`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("tables: %d, %v", n, err)
+	}
+}
