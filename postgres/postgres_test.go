@@ -298,3 +298,73 @@ func TestMigrateConcurrent(t *testing.T) {
 		t.Errorf("triggers: %d, %v", n, err)
 	}
 }
+
+// TestNotifyWakes: a waiter on another Backend (another process, as far
+// as in-process state goes) does not poll while the lock is held for
+// long, and is woken by the release's NOTIFY at once.
+func TestNotifyWakes(t *testing.T) {
+	srv := testserver.Postgres(t)
+	ctx := context.Background()
+	holder, err := postgres.Open(srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	cfg, err := pgxpool.ParseConfig(srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := new(counter)
+	cfg.ConnConfig.Tracer = cnt
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	wb, err := postgres.NewPool(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := dlock.New(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := dlock.New(wb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	defer wc.Close()
+	l, err := hc.Mutex("notify", dlock.TTL(time.Minute)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := wc.Mutex("notify", dlock.TTL(time.Minute)).Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter settles
+	before := cnt.n.Load()
+	time.Sleep(time.Second)
+	if n := cnt.n.Load() - before; n > 2 {
+		t.Errorf("the waiter sent %d statements in a second while the lock was held for a minute", n)
+	}
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-got:
+		t.Logf("hand-off to another Backend after %v", time.Since(released))
+		if l2.Token() <= l.Token() {
+			t.Errorf("token %d after %d", l2.Token(), l.Token())
+		}
+		l2.Unlock(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+}
