@@ -13,8 +13,8 @@
 //
 // [SQL] keeps the highest accepted token per resource in a table of the
 // protected database and checks and raises it with one conditional
-// UPDATE in the caller's own transaction, before the caller's writes. The
-// UPDATE locks the resource's row until the transaction ends, so a
+// upsert in the caller's own transaction, before the caller's writes. The
+// upsert locks the resource's row until the transaction ends, so a
 // concurrent transaction with an older token waits and is then refused;
 // if the caller's transaction rolls back, so does the raise. The check is
 // only as good as the discipline of the writers: every write to the
