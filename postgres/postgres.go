@@ -66,7 +66,7 @@ func open(ctx context.Context, dsn string, opts []Option) (*Backend, error) {
 		pc.ConnectTimeout = DefaultConnectTimeout
 	}
 	desc := "postgres " + address(pc)
-	db := stdlib.OpenDB(*pc)
+	db := stdlib.OpenDB(*pc, stdlib.OptionShouldPing(shouldPing))
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(time.Minute)
 	if err := db.PingContext(ctx); err != nil {
@@ -134,7 +134,7 @@ func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	desc := "postgres " + address(pool.Config().ConnConfig)
-	db := stdlib.OpenDBFromPool(pool)
+	db := stdlib.OpenDBFromPool(pool, stdlib.OptionShouldPing(shouldPing))
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, openError(desc, err)
@@ -153,6 +153,16 @@ func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 		return nil, openError(desc, err)
 	}
 	return b, nil
+}
+
+// shouldPing decides whether database/sql's pool pings a connection before
+// reusing it: after a second of idleness (pgx's default), and whenever
+// the server has closed it or sent something unasked (see
+// closedByServer) — then the ping fails and the pool takes another
+// connection, instead of a statement failing with "unexpected EOF" after
+// a server restart or pg_terminate_backend.
+func shouldPing(_ context.Context, p stdlib.ShouldPingParams) bool {
+	return p.IdleDuration > time.Second || closedByServer(p.Conn.PgConn().Conn())
 }
 
 func closeConn(c *pgx.Conn) {

@@ -368,3 +368,13 @@ func TestNotifyWakes(t *testing.T) {
 		t.Fatal("the waiter was not woken by the release")
 	}
 }
+
+func openDB(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

@@ -98,10 +98,13 @@ func classifyPostgres(err error) ErrorClass {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03", pe.Code == "23505":
-			// serialization failure, deadlock, lock not available, and a
+		case pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03", pe.Code == "23505", pe.Code == "57P01":
+			// serialization failure, deadlock, lock not available, a
 			// unique violation of two first inserts racing in a
-			// transaction (the statement changed nothing)
+			// transaction (the statement changed nothing), and a
+			// connection terminated by pg_terminate_backend or a fast
+			// shutdown (a pooled connection that died while idle: the
+			// next attempt takes another)
 			return Retry
 		case strings.HasPrefix(pe.Code, "08"), // connection exception
 			strings.HasPrefix(pe.Code, "53"), // insufficient resources
@@ -116,6 +119,8 @@ func classifyPostgres(err error) ErrorClass {
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	switch {
+	case pgconn.SafeToRetry(err) && !errors.As(err, &ce):
+		return Retry // nothing was sent
 	case errors.As(err, &ce), errors.As(err, &ne),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		strings.Contains(err.Error(), "conn closed"),
