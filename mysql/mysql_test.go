@@ -71,5 +71,6 @@ func openDB(t testing.TB, dsn string) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() })
 	return db
 }
