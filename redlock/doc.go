@@ -1,0 +1,84 @@
+// Package redlock is a dlock backend on N independent Redis masters, the
+// Redlock algorithm done so that its assumptions are visible.
+//
+// Open it with [New] on one go-redis client per master, or by URL:
+//
+//	c, err := dlock.Open(ctx, "redlock://h1:6379,h2:6379,h3:6379,h4:6379,h5:6379")
+//
+// # The algorithm
+//
+// Acquire sends one script to every master in parallel, each call bounded
+// by [NodeTimeout] (much smaller than the TTL). It returns as soon as
+// N/2+1 masters granted, without waiting for slow ones (their late answers
+// are dealt with in the background: a late grant of a failed attempt is
+// given back, a late grant of a successful one is fenced). A new hold then
+// takes as its fencing token the highest fence any granting master
+// reported plus one, and writes it back to those masters; the grant counts
+// only when a quorum took the token and the validity
+//
+//	TTL − elapsed − (TTL × DriftFactor + 2ms)
+//
+// is still positive, elapsed measured on the monotonic clock from before
+// the first send. Otherwise, and whenever no quorum granted, the attempt
+// gives back every grant at once and fails: with [dlock.ErrNotAcquired]
+// (a [*dlock.HeldError] naming the holder of most masters) when other
+// holders refused, with a [*QuorumError] matching [dlock.ErrNoQuorum] and
+// [dlock.ErrBackendUnavailable], naming each failed master and why, when
+// too many masters failed to answer.
+//
+// A renewal extends the hold on every master and succeeds only when a
+// quorum did so with validity left; fewer is a loss ([dlock.ErrLeaseLost]),
+// which the Client reports through the lease's Done and Err. Release gives
+// up the hold on all masters. Reentrancy is by explicit owner, with the
+// count kept on each master. A waiting Lock subscribes to the lock's
+// channel on every master and retries on a release notice from any of
+// them, at the latest when the holder's shortest remaining lease ends, and
+// after a short random pause when contenders split the masters between
+// them (nobody then got a quorum, and all gave back).
+//
+// Each master holds, per lock, the hash PREFIX:{NAME} with the holder, its
+// reentry count, the end of its lease by that master's clock and the fence
+// (the last token written there), which is kept when the lock frees.
+//
+// # Assumptions, and what breaks when they fail
+//
+// Exclusion and increasing tokens rest on any two quorums sharing a master
+// that remembers the earlier grant for as long as the earlier holder
+// believes it holds. That needs:
+//
+//   - Bounded clock drift. Each master judges expiry by its own clock and
+//     the client judges validity by its own monotonic clock; their rates
+//     must agree to within DriftFactor. If a master's clock jumps forward
+//     (an NTP step, a manual change) it expires a hold early and may grant
+//     it to a second client while the first still counts on its validity:
+//     two holders. Tokens still increase, because the fence is kept when a
+//     hold expires; fence-checking resources reject the older holder.
+//   - The delayed-restart rule. A master that restarts without persistence
+//     (or with fsync less often than every write) comes back empty and may
+//     grant a lock that a holder still holds there; with enough such
+//     masters the holder loses its majority and a second client gets one.
+//     A master that lost its data must stay out for longer than the
+//     largest TTL in use before it rejoins; then every hold it forgot has
+//     ended anyway. With that rule, a minority of masters restarting empty
+//     changes nothing: the holder keeps its majority, and the fences of
+//     the other masters keep tokens increasing (the restarted master
+//     reports as its fence floor its clock in µs, so a forgotten fence
+//     does not pull tokens back either). Break it and two holders are
+//     possible, and a new token may repeat an older one if the masters
+//     that remembered the fence were the ones that restarted.
+//   - Pauses shorter than the validity. A client process paused (GC, SIGSTOP,
+//     swapping) past its lease's deadline may act on a lock that expired
+//     and was granted to another: the Client's lease reports the loss at
+//     its next check (Err compares the monotonic clock with the deadline),
+//     but work already under way is not stopped. Only fencing tokens
+//     checked by the resource protect against that. A master paused past
+//     the TTL expires nothing while paused and resumes with holds whose
+//     time has run out by its clock, which it then treats as expired; the
+//     others decide meanwhile, so a pause of a minority is harmless.
+//   - Network delay within the node timeout. Time spent in flight counts
+//     against validity; an acquisition slower than TTL − drift fails.
+//
+// Redlock's tokens are as strong as these assumptions; for a lock whose
+// safety must not depend on timing, use a consensus store (the zookeeper
+// and etcd backends).
+package redlock

@@ -1,0 +1,783 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Backend is a [dlock.Backend] on N independent Redis masters. Create it
+// with [New] on one go-redis client per master, or open it by URL with
+// dlock.Open. It is safe for concurrent use.
+type Backend struct {
+	nodes  []*goredis.Client
+	addrs  []string
+	quorum int
+	cfg    config
+	owned  bool // Close closes the clients
+	desc   string
+
+	bg        sync.WaitGroup // per-node calls that outlive the operation that started them
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+var _ dlock.Backend = (*Backend)(nil)
+
+// New returns a backend on the masters that clients connect to, one client
+// per master; a grant needs len(clients)/2+1 of them. The backend does not
+// take the clients over: Close leaves them open. Make the clients with
+// ContextTimeoutEnabled, so that the per-node timeout ([NodeTimeout])
+// bounds their reads and writes, and with MaxRetries -1: a script whose
+// reply was lost must not run twice.
+func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(clients) == 0 {
+		cfg.errs = append(cfg.errs, "no masters")
+	}
+	for _, c := range clients {
+		if c == nil {
+			cfg.errs = append(cfg.errs, "nil client")
+			break
+		}
+	}
+	if len(cfg.errs) > 0 {
+		return nil, fmt.Errorf("%w: redlock: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
+	}
+	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg}
+	for _, c := range clients {
+		b.addrs = append(b.addrs, c.Options().Addr)
+	}
+	b.desc = "redlock " + strings.Join(b.addrs, ",")
+	return b, nil
+}
+
+// String describes the backend, e.g. "redlock h1:6379,h2:6379,h3:6379".
+func (b *Backend) String() string { return b.desc }
+
+// Quorum returns the number of masters a grant and a renewal need.
+func (b *Backend) Quorum() int { return b.quorum }
+
+// Close waits for per-node calls still in flight (each is bounded by the
+// node timeout) and closes the clients if the backend made them.
+func (b *Backend) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		b.bg.Wait()
+		if b.owned {
+			for _, c := range b.nodes {
+				if cerr := c.Close(); cerr != nil && err == nil {
+					err = cerr
+				}
+			}
+		}
+	})
+	return err
+}
+
+func (b *Backend) lockKey(name string) string { return b.cfg.prefix + ":{" + encodeName(name) + "}" }
+
+func (b *Backend) channel(name string) string { return b.lockKey(name) + ":wake" }
+
+// keys are the lock hash, the fair queue and the waiters' deadlines.
+func (b *Backend) keys(name string) []string {
+	k := b.lockKey(name)
+	return []string{k, k + ":queue", k + ":deadlines"}
+}
+
+// drift is the allowance for clock drift between the masters and this
+// process over ttl: ttl×DriftFactor + 2ms, as the Redlock description has
+// it.
+func (b *Backend) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*b.cfg.drift) + 2*time.Millisecond
+}
+
+// nodeCtx bounds one call to one master.
+func (b *Backend) nodeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.cfg.nodeTimeout)
+}
+
+// Reply kinds of the acquire script.
+const (
+	kindHeld  = 0
+	kindNew   = 1
+	kindReent = 2
+	kindError = -1
+)
+
+// nodeRes is one master's answer to an acquisition attempt.
+type nodeRes struct {
+	i     int
+	kind  int
+	fence uint64 // fence floor (new), holder's fence (reentry, held)
+	count int
+	gid   string
+	owner string        // holder when held
+	ttl   time.Duration // holder's remaining lease when held
+	err   error
+}
+
+func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, mode string, ticket int64) nodeRes {
+	r := nodeRes{i: i, kind: kindError}
+	if b.closed.Load() {
+		r.err = dlock.ErrClosed
+		return r
+	}
+	ctx, cancel := b.nodeCtx(ctx)
+	defer cancel()
+	v, err := acquireScript.Run(ctx, b.nodes[i], b.keys(req.Name), req.Owner, req.TTL.Milliseconds(), gid, mode, ticket, waiterTimeout.Milliseconds()).Slice()
+	if err != nil {
+		r.err = err
+		return r
+	}
+	if len(v) != 4 {
+		r.err = fmt.Errorf("unexpected reply %v", v)
+		return r
+	}
+	k, _ := v[0].(int64)
+	r.kind = int(k)
+	fs, _ := v[2].(string)
+	if r.kind != kindHeld {
+		fs, _ = v[1].(string)
+	}
+	r.fence, _ = strconv.ParseUint(fs, 10, 64)
+	switch r.kind {
+	case kindHeld:
+		r.owner, _ = v[1].(string)
+		ms, _ := v[3].(int64)
+		r.ttl = time.Duration(ms) * time.Millisecond
+	case kindNew, kindReent:
+		n, _ := v[2].(int64)
+		r.count = int(n)
+		r.gid, _ = v[3].(string)
+	default:
+		r.kind = kindError
+		r.err = fmt.Errorf("unexpected reply %v", v)
+	}
+	return r
+}
+
+// Attempt states.
+const (
+	statePending = iota
+	stateGranted
+	stateFailed
+)
+
+// attempt is one acquisition attempt across the masters. Masters that
+// answer after the attempt was decided are dealt with in the background:
+// a late grant of a failed attempt is given back, a late grant of a
+// successful one is fenced.
+type attempt struct {
+	b     *Backend
+	req   dlock.Request
+	gid   string
+	owner string
+
+	mu    sync.Mutex
+	state int
+	token uint64
+	ch    chan nodeRes
+}
+
+// late deals with a master's answer that came after the decision.
+func (a *attempt) late(r nodeRes, state int) {
+	b := a.b
+	ctx := context.Background()
+	switch {
+	case state == stateFailed && r.kind != kindHeld:
+		// A grant (or an answer lost on the way, which may hide one) of a
+		// failed attempt: give it back.
+		b.releaseNode(ctx, r.i, a.req.Name, a.owner, "", r.gid, a.gid)
+	case state == stateGranted && r.kind == kindNew:
+		b.fenceNode(ctx, r.i, a.req.Name, a.owner, r.gid, a.token)
+	}
+}
+
+func (b *Backend) fenceNode(ctx context.Context, i int, name, owner, gid string, token uint64) error {
+	ctx, cancel := b.nodeCtx(ctx)
+	defer cancel()
+	v, err := fenceScript.Run(ctx, b.nodes[i], b.keys(name), owner, gid, token).Int64()
+	if err != nil {
+		return err
+	}
+	if v != 1 {
+		return errors.New("the grant expired before its token was written")
+	}
+	return nil
+}
+
+// releaseNode gives up one hold on master i. gid is the acquisition id the
+// master reported (or, with alt, the attempt's own id for an unanswered
+// request). It reports whether the master released.
+func (b *Backend) releaseNode(ctx context.Context, i int, name, owner, token, gid, alt string) (bool, error) {
+	dequeue := ""
+	if alt == "" {
+		dequeue = "1"
+	}
+	if gid == "" {
+		gid = alt
+	}
+	ctx, cancel := b.nodeCtx(ctx)
+	defer cancel()
+	v, err := releaseScript.Run(ctx, b.nodes[i], b.keys(name), owner, token, gid, b.channel(name), dequeue).Slice()
+	if err != nil {
+		return false, err
+	}
+	ok, _ := v[0].(int64)
+	return ok == 1, nil
+}
+
+// Acquire makes one attempt on all masters in parallel; see
+// [dlock.Backend] and the package documentation. It returns as soon as a
+// quorum granted (and the grant's token was written to a quorum), without
+// waiting for slower masters.
+func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	gid, mode, ticket := newID(), modeTry, int64(0)
+	if req.Wait {
+		mode = modeWait
+		if req.Fair {
+			// A fair waiter keeps its id and ticket over its attempts.
+			mode, ticket = modeFair, time.Now().UnixMicro()
+		}
+	}
+	g, res, err := b.attempt(ctx, req, gid, mode, ticket)
+	if err == nil {
+		return g, nil, nil
+	}
+	if !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
+		if mode == modeFair {
+			b.cancel(context.WithoutCancel(ctx), req.Name, gid)
+		}
+		return dlock.Grant{}, nil, err
+	}
+	w := b.newWaiter(req, gid, mode, ticket)
+	w.res = res
+	return dlock.Grant{}, w, err
+}
+
+// Modes of an attempt, as the acquire script takes them.
+const (
+	modeTry  = "t"
+	modeWait = "w"
+	modeFair = "f"
+)
+
+// waiterTimeout is how long a fair waiter keeps its place in the queues
+// without an attempt; a waiter makes one at least every maxWait.
+const waiterTimeout = 5 * time.Second
+
+// cancel withdraws fair waiter gid from every master's queue.
+func (b *Backend) cancel(ctx context.Context, name, gid string) error {
+	keys, ch := b.keys(name), b.channel(name)
+	_, _, failed := b.fanOut(ctx, len(b.nodes), true, func(ctx context.Context, i int) (bool, error) {
+		return true, cancelScript.Run(ctx, b.nodes[i], keys, gid, ch).Err()
+	})
+	if len(failed) > 0 {
+		return b.quorumError("cancel", len(b.nodes)-len(failed), failed)
+	}
+	return nil
+}
+
+// attemptResult is what a failed attempt saw, for the waiter's timing.
+type attemptResult struct {
+	held  []nodeRes
+	split bool // no owner held a quorum: contenders collided
+}
+
+func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode string, ticket int64) (dlock.Grant, attemptResult, error) {
+	if b.closed.Load() {
+		return dlock.Grant{}, attemptResult{}, fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
+	}
+	start := time.Now()
+	n := len(b.nodes)
+	a := &attempt{b: b, req: req, gid: gid, owner: req.Owner, ch: make(chan nodeRes, n)}
+	// Per-node calls do not end with ctx: a call cut short may still have
+	// been granted, and its answer decides whether to give it back.
+	nctx := context.WithoutCancel(ctx)
+	for i := range n {
+		b.bg.Add(1)
+		go func() {
+			defer b.bg.Done()
+			r := b.tryNode(nctx, i, req, gid, mode, ticket)
+			a.mu.Lock()
+			st := a.state
+			if st == statePending {
+				a.ch <- r
+				a.mu.Unlock()
+				return
+			}
+			a.mu.Unlock()
+			a.late(r, st)
+		}()
+	}
+	var granted, held, failed []nodeRes
+	var ctxErr error
+	got := 0
+	for len(granted) < b.quorum && len(granted)+n-got >= b.quorum {
+		select {
+		case r := <-a.ch:
+			got++
+			switch r.kind {
+			case kindNew, kindReent:
+				granted = append(granted, r)
+			case kindHeld:
+				held = append(held, r)
+			default:
+				failed = append(failed, r)
+			}
+		case <-ctx.Done():
+			ctxErr = ctx.Err()
+		}
+		if ctxErr != nil {
+			break
+		}
+	}
+	var g dlock.Grant
+	var err error
+	if ctxErr == nil && len(granted) >= b.quorum {
+		g, err = b.complete(ctx, a, granted, start)
+		if err == nil {
+			a.decide(stateGranted, g.Token)
+			return g, attemptResult{}, nil
+		}
+	} else {
+		switch {
+		case ctxErr != nil:
+			err = ctxErr
+		case len(failed) > n-b.quorum:
+			err = b.quorumError("acquire", len(granted), failed)
+		default:
+			err = notAcquired(held, len(granted), b.quorum)
+		}
+	}
+	// Give back every grant at once.
+	pending := a.decide(stateFailed, 0)
+	var wg sync.WaitGroup
+	for _, r := range append(append(granted, failed...), pending...) {
+		if r.kind == kindHeld {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok := ""
+			if r.kind == kindReent {
+				tok = strconv.FormatUint(r.fence, 10)
+			}
+			b.releaseNode(nctx, r.i, req.Name, req.Owner, tok, r.gid, a.gid)
+		}()
+	}
+	wg.Wait()
+	return dlock.Grant{}, splitInfo(held, b.quorum), err
+}
+
+// decide ends the attempt's pending state and returns the answers that
+// arrived but were not read; for a grant they are dealt with as late ones.
+func (a *attempt) decide(state int, token uint64) []nodeRes {
+	a.mu.Lock()
+	a.state, a.token = state, token
+	a.mu.Unlock()
+	var rest []nodeRes
+	for {
+		select {
+		case r := <-a.ch:
+			if state == stateGranted {
+				a.b.bg.Add(1)
+				go func() {
+					defer a.b.bg.Done()
+					a.late(r, state)
+				}()
+			} else {
+				rest = append(rest, r)
+			}
+		default:
+			return rest
+		}
+	}
+}
+
+// complete turns a quorum of grants into a Grant: a reentry returns the
+// holder's token; a new hold takes the highest fence the granting masters
+// reported plus one and writes it to them, and counts only if a quorum took
+// it and validity remains.
+func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, start time.Time) (dlock.Grant, error) {
+	var reent []nodeRes
+	for _, r := range granted {
+		if r.kind == kindReent {
+			reent = append(reent, r)
+		}
+	}
+	var g dlock.Grant
+	fenced := 0
+	var toFence []nodeRes
+	if len(reent) >= b.quorum {
+		best := reent[0]
+		for _, r := range reent {
+			if r.fence > best.fence {
+				best = r
+			}
+		}
+		g = dlock.Grant{Token: best.fence, Count: 1, Handle: best.gid}
+		for _, r := range reent {
+			g.Count = max(g.Count, r.count)
+		}
+		fenced = len(reent)
+		for _, r := range granted {
+			if r.kind == kindNew {
+				toFence = append(toFence, r)
+			}
+		}
+	} else {
+		var top uint64
+		for _, r := range granted {
+			top = max(top, r.fence)
+		}
+		g = dlock.Grant{Token: top + 1, Count: 1, Handle: a.gid}
+		toFence = granted
+	}
+	if len(toFence) > 0 {
+		nctx := context.WithoutCancel(ctx)
+		errs := make([]error, len(toFence))
+		var wg sync.WaitGroup
+		for j, r := range toFence {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[j] = b.fenceNode(nctx, r.i, a.req.Name, a.owner, r.gid, g.Token)
+			}()
+		}
+		wg.Wait()
+		var failed []nodeRes
+		for j, err := range errs {
+			if err == nil {
+				fenced++
+			} else {
+				failed = append(failed, nodeRes{i: toFence[j].i, err: err})
+			}
+		}
+		if fenced < b.quorum {
+			return dlock.Grant{}, b.quorumError("acquire (writing the token)", fenced, failed)
+		}
+	}
+	if validity := a.req.TTL - time.Since(start) - b.drift(a.req.TTL); validity <= 0 {
+		return dlock.Grant{}, fmt.Errorf("%w: the acquisition took %v of a %v TTL; no validity left",
+			&QuorumError{Op: "acquire", Quorum: b.quorum, Masters: len(b.nodes)}, time.Since(start).Round(time.Millisecond), a.req.TTL)
+	}
+	return g, nil
+}
+
+// notAcquired is the error of an attempt that other holders refused.
+func notAcquired(held []nodeRes, granted, quorum int) error {
+	counts := map[string]int{}
+	var top nodeRes
+	for _, r := range held {
+		counts[r.owner]++
+		if counts[r.owner] > counts[top.owner] || top.owner == "" {
+			top = r
+		}
+	}
+	if top.owner == "" {
+		return fmt.Errorf("%w: %d of %d masters needed granted", dlock.ErrNotAcquired, granted, quorum)
+	}
+	return &dlock.HeldError{Holder: dlock.Holder{Owner: top.owner, Token: top.fence, TTL: top.ttl}}
+}
+
+func splitInfo(held []nodeRes, quorum int) attemptResult {
+	counts := map[string]int{}
+	best := 0
+	for _, r := range held {
+		counts[r.owner]++
+		best = max(best, counts[r.owner])
+	}
+	return attemptResult{held: held, split: best < quorum}
+}
+
+// QuorumError is the error of an operation that did not reach a quorum of
+// the masters: it names the masters that failed and why. It matches
+// [dlock.ErrNoQuorum] and [dlock.ErrBackendUnavailable].
+type QuorumError struct {
+	Op      string      // "acquire", "renew", "release"
+	Got     int         // masters that did what was asked
+	Quorum  int         // masters needed
+	Masters int         // masters in all
+	Failed  []NodeError // the masters that failed, in no particular order
+}
+
+// NodeError is the failure of one master.
+type NodeError struct {
+	Addr string
+	Err  error
+}
+
+// Error lists the failed masters.
+func (e *QuorumError) Error() string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "%s: %d of %d masters, %d needed", e.Op, e.Got, e.Masters, e.Quorum)
+	for _, f := range e.Failed {
+		fmt.Fprintf(&s, "; %s: %v", f.Addr, f.Err)
+	}
+	return s.String()
+}
+
+// Is matches dlock.ErrNoQuorum and dlock.ErrBackendUnavailable.
+func (e *QuorumError) Is(target error) bool {
+	return target == dlock.ErrNoQuorum || target == dlock.ErrBackendUnavailable
+}
+
+func (b *Backend) quorumError(op string, got int, failed []nodeRes) *QuorumError {
+	e := &QuorumError{Op: op, Got: got, Quorum: b.quorum, Masters: len(b.nodes)}
+	for _, r := range failed {
+		e.Failed = append(e.Failed, NodeError{Addr: b.addrs[r.i], Err: r.err})
+	}
+	return e
+}
+
+// fanOut runs call on every master in parallel, each under the node
+// timeout, and returns when need of them succeeded, when that can no
+// longer happen, or when all answered (all is true). Calls still running
+// finish in the background.
+func (b *Backend) fanOut(ctx context.Context, need int, all bool, call func(ctx context.Context, i int) (bool, error)) (ok int, no []int, failed []nodeRes) {
+	type res struct {
+		i   int
+		ok  bool
+		err error
+	}
+	n := len(b.nodes)
+	ch := make(chan res, n)
+	for i := range n {
+		b.bg.Add(1)
+		go func() {
+			defer b.bg.Done()
+			nctx, cancel := b.nodeCtx(ctx)
+			defer cancel()
+			done, err := call(nctx, i)
+			ch <- res{i, done, err}
+		}()
+	}
+	for got := 0; got < n; got++ {
+		if !all && (ok >= need || ok+n-got < need) {
+			break
+		}
+		r := <-ch
+		switch {
+		case r.err != nil:
+			failed = append(failed, nodeRes{i: r.i, err: r.err})
+		case r.ok:
+			ok++
+		default:
+			no = append(no, r.i)
+		}
+	}
+	return ok, no, failed
+}
+
+// Renew extends the hold on every master in parallel. It succeeds when a
+// quorum extended it in time to leave validity; otherwise the hold is lost
+// (the error matches [dlock.ErrLeaseLost]), because fewer than a quorum
+// cannot keep it from another client.
+func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	if b.closed.Load() {
+		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
+	}
+	start := time.Now()
+	key := b.lockKey(h.Name)
+	tok := strconv.FormatUint(h.Token, 10)
+	nctx := context.WithoutCancel(ctx)
+	ok, no, failed := b.fanOut(nctx, b.quorum, false, func(ctx context.Context, i int) (bool, error) {
+		v, err := renewScript.Run(ctx, b.nodes[i], []string{key}, h.Owner, tok, ttl.Milliseconds()).Int64()
+		return v == 1, err
+	})
+	if ok < b.quorum {
+		e := b.quorumError("renew", ok, failed)
+		for _, i := range no {
+			e.Failed = append(e.Failed, NodeError{Addr: b.addrs[i], Err: errors.New("does not hold it")})
+		}
+		return fmt.Errorf("%w: %w", dlock.ErrLeaseLost, e)
+	}
+	if el := time.Since(start); ttl-el-b.drift(ttl) <= 0 {
+		return fmt.Errorf("%w: the renewal took %v of a %v TTL", dlock.ErrLeaseLost, el.Round(time.Millisecond), ttl)
+	}
+	return nil
+}
+
+// Release gives up one hold on every master in parallel and waits for
+// their answers. It succeeds when a quorum released; it reports
+// [dlock.ErrLeaseLost] when a quorum did not hold it.
+func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	if b.closed.Load() {
+		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
+	}
+	gid, _ := h.Handle.(string)
+	tok := strconv.FormatUint(h.Token, 10)
+	ok, no, failed := b.fanOut(context.WithoutCancel(ctx), b.quorum, true, func(ctx context.Context, i int) (bool, error) {
+		return b.releaseNode(ctx, i, h.Name, h.Owner, tok, gid, "")
+	})
+	switch {
+	case ok >= b.quorum:
+		return nil
+	case len(no) >= b.quorum || len(failed) == 0:
+		return fmt.Errorf("%w: %d of %d masters did not hold it", dlock.ErrLeaseLost, len(no), len(b.nodes))
+	default:
+		return b.quorumError("release", ok, failed)
+	}
+}
+
+// waiter is a waiting acquisition: subscribed to the lock's channel on
+// every master it could reach, it retries on a release notice from any of
+// them, at the latest when the holder's lease would end, and after a short
+// random pause when contenders collided.
+type waiter struct {
+	b      *Backend
+	req    dlock.Request
+	gid    string // the fair waiter's id in the queues
+	mode   string
+	ticket int64
+	subs   []*goredis.PubSub
+	wake   chan struct{}
+	stop   chan struct{}
+	fwd    sync.WaitGroup
+	first  bool
+	res    attemptResult
+	once   sync.Once
+}
+
+// maxWait bounds one wait without a notice.
+const maxWait = time.Second
+
+func (b *Backend) newWaiter(req dlock.Request, gid, mode string, ticket int64) *waiter {
+	w := &waiter{b: b, req: req, gid: gid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), stop: make(chan struct{}), first: true}
+	ch := b.channel(req.Name)
+	for _, c := range b.nodes {
+		ctx, cancel := b.nodeCtx(context.Background())
+		ps := c.Subscribe(ctx, ch)
+		cancel()
+		w.subs = append(w.subs, ps)
+		msgs := ps.Channel()
+		w.fwd.Add(1)
+		go func() {
+			defer w.fwd.Done()
+			for {
+				select {
+				case _, ok := <-msgs:
+					if !ok {
+						return
+					}
+					select {
+					case w.wake <- struct{}{}:
+					default:
+					}
+				case <-w.stop:
+					return
+				}
+			}
+		}()
+	}
+	return w
+}
+
+// Wait returns on a release notice, when the holder's lease may have ended,
+// or (after a collision of contenders) after a short random pause. The
+// first Wait returns at once: the subscriptions were made after the first
+// attempt, so a release in between would go unnoticed otherwise.
+func (w *waiter) Wait(ctx context.Context) error {
+	if w.first {
+		w.first = false
+		return ctx.Err()
+	}
+	if w.res.split {
+		// Contenders split the masters: everyone gave back, so wait a
+		// random moment (the Redlock retry delay) instead of all retrying
+		// on the same notice.
+		t := time.NewTimer(time.Duration(1+rand.IntN(15)) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case <-w.wake:
+		default:
+		}
+		return nil
+	}
+	d := maxWait
+	// The lease ends on the quorum-th master when enough of them let it
+	// go; waiting for the shortest remaining lease is early, never late.
+	for _, r := range w.res.held {
+		if r.ttl > 0 && r.ttl < d {
+			d = r.ttl
+		}
+	}
+	d += time.Duration(rand.IntN(5)) * time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.wake:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Acquire makes the next attempt.
+func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	gid := w.gid
+	if w.mode != modeFair {
+		gid = newID()
+	}
+	g, res, err := w.b.attempt(ctx, w.req, gid, w.mode, w.ticket)
+	if err == nil {
+		w.close()
+		return g, nil
+	}
+	w.res = res
+	return g, err
+}
+
+// Cancel drops the subscriptions and takes a fair waiter out of the
+// queues. An attempt never leaves a grant behind, so there is nothing else
+// to withdraw.
+func (w *waiter) Cancel(ctx context.Context) error {
+	w.close()
+	if w.mode == modeFair {
+		return w.b.cancel(ctx, w.req.Name, w.gid)
+	}
+	return nil
+}
+
+func (w *waiter) close() {
+	w.once.Do(func() {
+		close(w.stop)
+		for _, ps := range w.subs {
+			ps.Close()
+		}
+		w.fwd.Wait()
+	})
+}
+
+func newID() string {
+	var buf [32]byte
+	const hex = "0123456789abcdef"
+	a, c := rand.Uint64(), rand.Uint64()
+	for i := range 16 {
+		buf[i] = hex[a>>(60-4*i)&15]
+		buf[16+i] = hex[c>>(60-4*i)&15]
+	}
+	return string(buf[:])
+}

@@ -1,0 +1,167 @@
+package redlock
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The scripts run on each master on its own. A lock is one hash per master,
+// PREFIX:{NAME}, that is never deleted:
+//
+//	o  holder's owner (absent when free)
+//	n  reentry count
+//	g  id of the acquisition that made the hold (unchanged by reentry)
+//	x  end of the lease, the master's time in ms (TIME)
+//	f  the fence: the last token written to this master, which is the
+//	   holder's token once the grant was fenced; kept when the lock frees
+//
+// Expiry is judged against the master's own clock (TIME), the clock Redis
+// uses for PX too.
+
+// acquireScript makes one attempt on one master.
+//
+//	KEYS: lock hash, queue (zset: fair waiter id -> ticket), deadlines (zset: id -> ms)
+//	ARGV: owner, ttl ms, acquisition id, mode ("t" try, "w" wait, "f" fair wait), ticket, waiter timeout ms
+//
+// Replies {1, fence floor, 1, id} for a new hold (the fence floor is
+// max(f, the master's time in µs)), {2, f, count, id of the hold} for a
+// reentry, {0, holder, holder's f, remaining ms} when held by another, and
+// {0, "", f, 0} when free but promised to the head of the fair queue.
+//
+// Fair waiters queue by ticket (their arrival time), so that the queues of
+// all masters agree on the order; a free lock with a queue goes to its head
+// only. Waiters whose deadline passed are dropped first.
+var acquireScript = goredis.NewScript(`
+local h, q, qd = KEYS[1], KEYS[2], KEYS[3]
+local owner, ttl, gid, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f')
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local x = tonumber(cur[4]) or 0
+local held = cur[1] and x > now
+if held and cur[1] == owner then
+  local n = tonumber(cur[2]) + 1
+  redis.call('HSET', h, 'n', n, 'x', math.max(x, now + ttl))
+  return {2, cur[5] or '0', n, cur[3] or ''}
+end
+local head = false
+if mode == 'f' or redis.call('EXISTS', q) == 1 then
+  local dead = redis.call('ZRANGEBYSCORE', qd, '-inf', now, 'LIMIT', 0, 100)
+  for _, id in ipairs(dead) do
+    redis.call('ZREM', q, id)
+    redis.call('ZREM', qd, id)
+  end
+  if mode == 'f' then
+    if not redis.call('ZSCORE', q, gid) then
+      redis.call('ZADD', q, ARGV[5], gid)
+    end
+    local dl = now + tonumber(ARGV[6])
+    redis.call('ZADD', qd, dl, gid)
+    local last = redis.call('ZRANGE', qd, -1, -1, 'WITHSCORES')
+    local gone = math.max(dl, tonumber(last[2])) + 1000
+    redis.call('PEXPIREAT', q, gone)
+    redis.call('PEXPIREAT', qd, gone)
+  end
+  head = redis.call('ZRANGE', q, 0, 0)[1]
+end
+if held then
+  return {0, cur[1], cur[5] or '0', x - now}
+end
+if head and head ~= gid then
+  return {0, '', cur[5] or '0', 0}
+end
+redis.call('HSET', h, 'o', owner, 'n', 1, 'g', gid, 'x', now + ttl)
+local fl = math.max(tonumber(cur[5]) or 0, t[1] * 1000000 + t[2])
+return {1, string.format('%.0f', fl), 1, gid}
+`)
+
+// fenceScript writes a new grant's token to a master that granted it.
+//
+//	KEYS: lock hash, queue, deadlines
+//	ARGV: owner, acquisition id, token
+//
+// Replies 1 if the master still holds the grant (its fence is then at
+// least the token), else 0. The grant's waiter leaves the fair queue.
+var fenceScript = goredis.NewScript(`
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
+local cur = redis.call('HMGET', KEYS[1], 'o', 'g', 'x', 'f')
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if cur[1] == ARGV[1] and cur[2] == ARGV[2] and (tonumber(cur[3]) or 0) > now then
+  if (tonumber(cur[4]) or 0) < tonumber(ARGV[3]) then
+    redis.call('HSET', KEYS[1], 'f', ARGV[3])
+  end
+  return 1
+end
+return 0
+`)
+
+// renewScript extends a fenced hold on one master.
+//
+//	KEYS: lock hash
+//	ARGV: owner, token, ttl ms
+//
+// Replies 1, or 0 when the master does not hold it.
+var renewScript = goredis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'o', 'f', 'x')
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if cur[1] == ARGV[1] and cur[2] == ARGV[2] and (tonumber(cur[3]) or 0) > now then
+  redis.call('HSET', KEYS[1], 'x', now + tonumber(ARGV[3]))
+  return 1
+end
+return 0
+`)
+
+// releaseScript gives up one hold on one master: the hold of owner that has
+// the token as its fence or the acquisition id (a grant that was never
+// fenced there). When the lock frees it publishes on the lock's channel.
+//
+//	KEYS: lock hash, queue, deadlines
+//	ARGV: owner, token ("" for none), acquisition id, channel, dequeue ("1" or "")
+//
+// Replies {1, count left}, or {0} when the master does not hold it. With
+// dequeue (the release of a lease, not the undoing of a failed attempt)
+// the acquisition's waiter, if any, leaves the fair queue.
+var releaseScript = goredis.NewScript(`
+local h = KEYS[1]
+if ARGV[5] == '1' then
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+end
+local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f')
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if cur[1] ~= ARGV[1] or (tonumber(cur[4]) or 0) <= now then
+  return {0}
+end
+if not (ARGV[2] ~= '' and cur[5] == ARGV[2] or cur[3] == ARGV[3]) then
+  return {0}
+end
+local n = tonumber(cur[2]) - 1
+if n > 0 then
+  redis.call('HSET', h, 'n', n)
+  return {1, n}
+end
+redis.call('HDEL', h, 'o', 'n', 'g', 'x')
+redis.call('PUBLISH', ARGV[4], '')
+return {1, 0}
+`)
+
+// cancelScript withdraws a fair waiter from one master's queue and, if the
+// lock is free and the waiter was the head, tells the others.
+//
+//	KEYS: lock hash, queue, deadlines
+//	ARGV: waiter id, channel
+//
+// Replies 1 if it was queued, else 0.
+var cancelScript = goredis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'o', 'x')
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local wasHead = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1]
+redis.call('ZREM', KEYS[3], ARGV[1])
+local r = redis.call('ZREM', KEYS[2], ARGV[1])
+if wasHead and (not cur[1] or (tonumber(cur[2]) or 0) <= now) then
+  redis.call('PUBLISH', ARGV[2], '')
+end
+return r
+`)
