@@ -354,6 +354,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 			a.decide(stateGranted, g.Token)
 			return g, attemptResult{}, nil
 		}
+		held = nil // retry after a short random pause
 	} else {
 		switch {
 		case ctxErr != nil:
@@ -470,12 +471,14 @@ func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, s
 			}
 		}
 		if fenced < b.quorum {
-			return dlock.Grant{}, b.quorumError("acquire (writing the token)", fenced, failed)
+			// Not granted, but worth another attempt: a waiting Lock
+			// tries again.
+			return dlock.Grant{}, fmt.Errorf("%w: %w", dlock.ErrNotAcquired, b.quorumError("acquire (writing the token)", fenced, failed))
 		}
 	}
 	if validity := a.req.TTL - time.Since(start) - b.drift(a.req.TTL); validity <= 0 {
 		return dlock.Grant{}, fmt.Errorf("%w: the acquisition took %v of a %v TTL; no validity left",
-			&QuorumError{Op: "acquire", Quorum: b.quorum, Masters: len(b.nodes)}, time.Since(start).Round(time.Millisecond), a.req.TTL)
+			dlock.ErrNotAcquired, time.Since(start).Round(time.Millisecond), a.req.TTL)
 	}
 	return g, nil
 }
@@ -596,9 +599,10 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 	start := time.Now()
 	key := b.lockKey(h.Name)
 	tok := strconv.FormatUint(h.Token, 10)
+	gid, _ := h.Handle.(string)
 	nctx := context.WithoutCancel(ctx)
 	ok, no, failed := b.fanOut(nctx, b.quorum, false, func(ctx context.Context, i int) (bool, error) {
-		v, err := renewScript.Run(ctx, b.nodes[i], []string{key}, h.Owner, tok, ttl.Milliseconds()).Int64()
+		v, err := renewScript.Run(ctx, b.nodes[i], []string{key}, h.Owner, tok, ttl.Milliseconds(), gid).Int64()
 		return v == 1, err
 	})
 	if ok < b.quorum {
@@ -627,7 +631,9 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 		return b.releaseNode(ctx, i, h.Name, h.Owner, tok, gid, "")
 	})
 	switch {
-	case ok >= b.quorum:
+	case ok > 0 && len(no) < b.quorum:
+		// Masters that could not be reached let their copies expire;
+		// fewer than a quorum of them cannot keep anyone out.
 		return nil
 	case len(no) >= b.quorum || len(failed) == 0:
 		return fmt.Errorf("%w: %d of %d masters did not hold it", dlock.ErrLeaseLost, len(no), len(b.nodes))

@@ -94,18 +94,27 @@ end
 return 0
 `)
 
-// renewScript extends a fenced hold on one master.
+// renewScript extends a fenced hold on one master. A master where the
+// lock is free and has seen no later token (it answered the acquisition
+// too late, or restarted empty, or its copy of the hold expired) takes the
+// hold again, so that a hold granted by a bare quorum spreads to the other
+// masters and survives the loss of one of them.
 //
 //	KEYS: lock hash
-//	ARGV: owner, token, ttl ms
+//	ARGV: owner, token, ttl ms, acquisition id
 //
 // Replies 1, or 0 when the master does not hold it.
 var renewScript = goredis.NewScript(`
 local cur = redis.call('HMGET', KEYS[1], 'o', 'f', 'x')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if cur[1] == ARGV[1] and cur[2] == ARGV[2] and (tonumber(cur[3]) or 0) > now then
+local live = cur[1] and (tonumber(cur[3]) or 0) > now
+if live and cur[1] == ARGV[1] and cur[2] == ARGV[2] then
   redis.call('HSET', KEYS[1], 'x', now + tonumber(ARGV[3]))
+  return 1
+end
+if not live and (tonumber(cur[2]) or 0) <= tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', 1, 'g', ARGV[4], 'x', now + tonumber(ARGV[3]), 'f', ARGV[2])
   return 1
 end
 return 0
