@@ -24,7 +24,12 @@ func closedByServer(c net.Conn) bool {
 		return false
 	}
 	closed := false
-	err = raw.Read(func(fd uintptr) bool {
+	// Control, not Read: pgx may have a background read pending on the
+	// socket, which holds the read lock until data comes. A peek does not
+	// consume anything, so it does not disturb that read; if that read
+	// already took the data, the statement that follows fails instead
+	// and is retried (see the dialect's error classes).
+	err = raw.Control(func(fd uintptr) {
 		var b [1]byte
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		switch {
@@ -33,7 +38,6 @@ func closedByServer(c net.Conn) bool {
 		case err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR):
 			closed = true
 		}
-		return true
 	})
 	return closed || err != nil
 }
