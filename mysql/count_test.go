@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,14 +143,28 @@ func TestStatements(t *testing.T) {
 		}
 	}
 	var g dlock.Grant
-	// MySQL has no RETURNING on UPDATE: START TRANSACTION, INSERT IGNORE,
-	// UPDATE, SELECT, COMMIT.
-	measure("acquire", 5, func() {
+	// One INSERT … ON DUPLICATE KEY UPDATE, its result in the last-insert id.
+	measure("acquire", 1, func() {
 		if g, _, err = b.Acquire(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 	})
 	h := dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}
+	measure("re-entry", 1, func() {
+		g2, _, err := b.Acquire(ctx, req)
+		if err != nil || g2.Token != g.Token || g2.Count != 2 {
+			t.Fatalf("re-entry: %+v, %v; want token %d count 2", g2, err, g.Token)
+		}
+	})
+	measure("inner release", 1, func() {
+		if err := b.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	})
+	other := dlock.Request{Name: req.Name, Owner: "other", TTL: time.Second}
+	if _, _, err := b.Acquire(ctx, other); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("acquire by another owner while held: %v", err)
+	}
 	measure("renew", 1, func() {
 		if err := b.Renew(ctx, h, 10*time.Second); err != nil {
 			t.Fatal(err)

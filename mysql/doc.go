@@ -16,13 +16,15 @@
 // "dlock_locks"): owner, reentry count, fencing token and expires_at, in
 // milliseconds by the database's clock (UTC_TIMESTAMP(3), fixed for one
 // statement, independent of time zones). An acquisition is one
-// transaction: INSERT IGNORE of a free row, then one conditional UPDATE
-// that takes over a free or expired row (token + 1) or re-enters the
-// owner's row, then a SELECT of the result; InnoDB's row lock serializes
-// competing UPDATEs, and expiry is judged by the database, never by a
-// client's clock. A release is one UPDATE checked by owner, token and
-// expiry that clears the owner and keeps the row, so a token never goes
-// back, even across restarts (the rows are durable InnoDB data). Renewal
+// statement: INSERT … ON DUPLICATE KEY UPDATE, whose assignments keep the
+// old row unless the grant's condition holds — a free or expired row is
+// taken over (token + 1), the owner's row re-entered — and whose result
+// (token and reentry count, or a refusal) comes back in the OK packet's
+// last-insert id. InnoDB's row lock serializes competing statements, and
+// expiry is judged by the database, never by a client's clock. A release
+// is one UPDATE checked by owner, token and expiry that clears the owner
+// and keeps the row, so a token never goes back, even across restarts (the
+// rows are durable InnoDB data). Renewal
 // is the same kind of UPDATE. So exclusion holds as long as the database
 // is one consistent server (a failover to a replica that lost commits can
 // hand out a token again) and the clients' leases end before the

@@ -188,8 +188,8 @@ func (b *Backend) String() string { return b.desc }
 func (b *Backend) Table() string { return b.e.Table() }
 
 // Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
-// transaction: INSERT IGNORE of a free row, the conditional UPDATE, and a
-// SELECT of the grant.
+// statement (INSERT … ON DUPLICATE KEY UPDATE, the result in the
+// last-insert id) when granted.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	return b.e.Acquire(ctx, req)
 }

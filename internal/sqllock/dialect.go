@@ -1,11 +1,21 @@
 package sqllock
 
 import (
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"strings"
+
+	"github.com/dlock-dev/dlock"
 )
+
+// Querier runs statements: the engine's pool of prepared statements, or a
+// *sql.Conn in a transaction.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
 
 // Dialect describes what differs between databases. The engine writes every
 // statement once, with "?" placeholders and the column names of the lease
@@ -49,6 +59,13 @@ type Dialect struct {
 	// lease table's name column must order bytewise (PostgreSQL: COLLATE
 	// "C"): Inspect relies on it.
 	Schema func(locks, waiters string) []string
+
+	// Attempt, if set, makes one conditional grant (see the package doc)
+	// in a statement of the dialect's own instead of the engine's generic
+	// ones, on q: the pool, or a connection in a transaction. It reports
+	// whether the grant was made. MySQL uses it for a one-statement
+	// acquisition without RETURNING.
+	Attempt func(ctx context.Context, q Querier, table string, req dlock.Request, ttlMillis, seq int64) (dlock.Grant, bool, error)
 
 	// Classify sorts a database error: whether trying again may succeed
 	// (the database was locked or busy: nothing was done), whether the

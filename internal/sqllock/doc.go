@@ -29,9 +29,10 @@
 //     (holds + 1, same token); the WHERE lets a take-over through only when
 //     no live fair waiter is queued ahead of the caller. A refused attempt
 //     changes nothing and reads the holder with a second statement, for
-//     the [dlock.HeldError]. Dialects without RETURNING (MySQL) do the same
+//     the [dlock.HeldError]. Dialects without RETURNING do the same
 //     with an INSERT-if-absent, the same conditional UPDATE and a SELECT in
-//     one transaction.
+//     one transaction, unless they bring a one-statement [Dialect.Attempt]
+//     (MySQL: INSERT … ON DUPLICATE KEY UPDATE with LAST_INSERT_ID).
 //   - Release is one UPDATE, checked by owner, token and expiry: holds − 1,
 //     and the owner cleared at zero.
 //   - Renew is one UPDATE, checked the same way. RenewBatch renews many

@@ -370,6 +370,9 @@ func checkRequest(req dlock.Request) error {
 // position seq, on q (the pool, or a connection in a transaction).
 func (e *Engine) attempt(ctx context.Context, q querier, req dlock.Request, seq int64) (dlock.Grant, bool, error) {
 	ttl := ttlMillis(req.TTL)
+	if e.d.Attempt != nil {
+		return e.d.Attempt(ctx, q, e.table, req, ttl, seq)
+	}
 	var g dlock.Grant
 	if e.d.Returning {
 		args := append([]any{req.Name, req.Owner, ttl}, setArgs(req.Owner, ttl)...)
