@@ -290,6 +290,12 @@ func TestTokensAcrossRestarts(t *testing.T) {
 		t.Helper()
 		for range 3 {
 			l, err := c.Mutex("t").Lock(ctxT(t, 5*time.Second))
+			for try := 0; errors.Is(err, dlock.ErrBackendUnavailable) && try < 5; try++ {
+				// A loaded machine (servers restarting) may miss the node
+				// timeout on a first attempt; tokens are what is tested.
+				time.Sleep(50 * time.Millisecond)
+				l, err = c.Mutex("t").Lock(ctxT(t, 5*time.Second))
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -346,7 +352,7 @@ func TestDelayedRestartRule(t *testing.T) {
 		t.Fatalf("TryLock after a majority restarted empty: %v (expected to succeed: this shows what the rule prevents)", err)
 	}
 	if l2.Token() <= l3.Token() {
-		t.Errorf("token %d of the second holder is not above %d (the fence floor of the masters' clocks keeps it increasing)", l2.Token(), l3.Token())
+		t.Errorf("token %d of the second holder is not above %d (proposals above the local clock and above every fence seen keep it increasing)", l2.Token(), l3.Token())
 	}
 	select {
 	case <-l3.Done():

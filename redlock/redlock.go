@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +116,7 @@ const (
 	kindHeld  = 0
 	kindNew   = 1
 	kindReent = 2
+	kindStale = 3
 	kindError = -1
 )
 
@@ -122,15 +124,16 @@ const (
 type nodeRes struct {
 	i     int
 	kind  int
-	fence uint64 // fence floor (new), holder's fence (reentry, held)
+	fence uint64 // the new fence (new), the fence that refused the proposal (stale), holder's fence (reentry, held)
 	count int
 	gid   string
 	owner string        // holder when held
 	ttl   time.Duration // holder's remaining lease when held
 	err   error
+	round int
 }
 
-func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, mode string, ticket int64) nodeRes {
+func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, mode string, ticket int64, proposal uint64) nodeRes {
 	r := nodeRes{i: i, kind: kindError}
 	if b.closed.Load() {
 		r.err = dlock.ErrClosed
@@ -138,10 +141,18 @@ func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, mo
 	}
 	ctx, cancel := b.nodeCtx(ctx)
 	defer cancel()
-	v, err := acquireScript.Run(ctx, b.nodes[i], b.keys(req.Name), req.Owner, req.TTL.Milliseconds(), gid, mode, ticket, waiterTimeout.Milliseconds()).Slice()
+	v, err := acquireScript.Run(ctx, b.nodes[i], b.keys(req.Name), req.Owner, req.TTL.Milliseconds(), gid, mode, ticket, waiterTimeout.Milliseconds(), proposal).Slice()
 	if err != nil {
 		r.err = err
 		return r
+	}
+	if len(v) == 2 {
+		if k, _ := v[0].(int64); k == kindStale {
+			fs, _ := v[1].(string)
+			r.kind = kindStale
+			r.fence, _ = strconv.ParseUint(fs, 10, 64)
+			return r
+		}
 	}
 	if len(v) != 4 {
 		r.err = fmt.Errorf("unexpected reply %v", v)
@@ -202,7 +213,7 @@ func (a *attempt) late(r nodeRes, state int) {
 		// A grant (or an answer lost on the way, which may hide one) of a
 		// failed attempt: give it back.
 		b.releaseNode(ctx, r.i, a.req.Name, a.owner, "", r.gid, a.gid)
-	case state == stateGranted && r.kind == kindNew:
+	case state == stateGranted && r.kind == kindNew && r.fence != a.token:
 		b.fenceNode(ctx, r.i, a.req.Name, a.owner, r.gid, a.token)
 	}
 }
@@ -304,52 +315,75 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 	}
 	start := time.Now()
 	n := len(b.nodes)
-	a := &attempt{b: b, req: req, gid: gid, owner: req.Owner, ch: make(chan nodeRes, n)}
+	a := &attempt{b: b, req: req, gid: gid, owner: req.Owner, ch: make(chan nodeRes, n*maxRounds)}
 	// Per-node calls do not end with ctx: a call cut short may still have
 	// been granted, and its answer decides whether to give it back.
 	nctx := context.WithoutCancel(ctx)
-	for i := range n {
-		b.bg.Add(1)
-		go func() {
-			defer b.bg.Done()
-			r := b.tryNode(nctx, i, req, gid, mode, ticket)
-			a.mu.Lock()
-			st := a.state
-			if st == statePending {
-				a.ch <- r
-				a.mu.Unlock()
-				return
-			}
-			a.mu.Unlock()
-			a.late(r, st)
-		}()
-	}
-	var granted, held, failed []nodeRes
+	// The proposed token: the local clock in µs, so that it is usually
+	// above every master's fence and the grant takes one round trip. A
+	// master whose fence is not below it refuses, and the next round
+	// proposes above the highest fence seen. Safety does not depend on
+	// the clock, only the number of rounds does.
+	proposal := uint64(time.Now().UnixMicro())
+	var granted, held, failed, stale []nodeRes
 	var ctxErr error
-	got := 0
-	for len(granted) < b.quorum && len(granted)+n-got >= b.quorum {
-		select {
-		case r := <-a.ch:
-			got++
-			switch r.kind {
-			case kindNew, kindReent:
-				granted = append(granted, r)
-			case kindHeld:
-				held = append(held, r)
-			default:
-				failed = append(failed, r)
-			}
-		case <-ctx.Done():
-			ctxErr = ctx.Err()
+	for round := 0; ; round++ {
+		p := proposal
+		for i := range n {
+			b.bg.Add(1)
+			go func() {
+				defer b.bg.Done()
+				r := b.tryNode(nctx, i, req, gid, mode, ticket, p)
+				r.round = round
+				a.mu.Lock()
+				st := a.state
+				if st == statePending {
+					a.ch <- r
+					a.mu.Unlock()
+					return
+				}
+				a.mu.Unlock()
+				a.late(r, st)
+			}()
 		}
-		if ctxErr != nil {
+		granted, held, failed, stale = nil, nil, nil, nil
+		got := 0
+		for len(granted) < b.quorum && len(granted)+n-got >= b.quorum {
+			select {
+			case r := <-a.ch:
+				if r.round != round {
+					continue // the master answers this round too
+				}
+				got++
+				switch r.kind {
+				case kindNew, kindReent:
+					granted = append(granted, r)
+				case kindHeld:
+					held = append(held, r)
+				case kindStale:
+					stale = append(stale, r)
+				default:
+					failed = append(failed, r)
+				}
+			case <-ctx.Done():
+				ctxErr = ctx.Err()
+			}
+			if ctxErr != nil {
+				break
+			}
+		}
+		if ctxErr != nil || len(granted) >= b.quorum || len(stale) == 0 || round+1 >= maxRounds ||
+			len(granted)+len(stale)+n-got < b.quorum {
 			break
+		}
+		for _, r := range stale {
+			proposal = max(proposal, r.fence+1)
 		}
 	}
 	var g dlock.Grant
 	var err error
 	if ctxErr == nil && len(granted) >= b.quorum {
-		g, err = b.complete(ctx, a, granted, start)
+		g, err = b.complete(ctx, a, granted, proposal, start)
 		if err == nil {
 			a.decide(stateGranted, g.Token)
 			return g, attemptResult{}, nil
@@ -361,6 +395,8 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 			err = ctxErr
 		case len(failed) > n-b.quorum:
 			err = b.quorumError("acquire", len(granted), failed)
+		case len(held) == 0:
+			err = fmt.Errorf("%w: %d of %d masters granted, %d needed", dlock.ErrNotAcquired, len(granted), n, b.quorum)
 		default:
 			err = notAcquired(held, len(granted), b.quorum)
 		}
@@ -368,7 +404,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 	// Give back every grant at once.
 	pending := a.decide(stateFailed, 0)
 	var wg sync.WaitGroup
-	for _, r := range append(append(granted, failed...), pending...) {
+	for _, r := range slices.Concat(granted, failed, stale, pending) {
 		if r.kind == kindHeld {
 			continue
 		}
@@ -385,6 +421,10 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 	wg.Wait()
 	return dlock.Grant{}, splitInfo(held, b.quorum), err
 }
+
+// maxRounds bounds the rounds of one attempt whose proposed token was too
+// low.
+const maxRounds = 3
 
 // decide ends the attempt's pending state and returns the answers that
 // arrived but were not read; for a grant they are dealt with as late ones.
@@ -415,7 +455,7 @@ func (a *attempt) decide(state int, token uint64) []nodeRes {
 // holder's token; a new hold takes the highest fence the granting masters
 // reported plus one and writes it to them, and counts only if a quorum took
 // it and validity remains.
-func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, start time.Time) (dlock.Grant, error) {
+func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, proposal uint64, start time.Time) (dlock.Grant, error) {
 	var reent []nodeRes
 	for _, r := range granted {
 		if r.kind == kindReent {
@@ -443,12 +483,17 @@ func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, s
 			}
 		}
 	} else {
-		var top uint64
+		// The masters that granted anew took the proposal as their fence
+		// with the grant; masters where the owner already held (an outer
+		// hold that lost its quorum) take it now.
+		g = dlock.Grant{Token: proposal, Count: 1, Handle: a.gid}
 		for _, r := range granted {
-			top = max(top, r.fence)
+			if r.kind == kindNew && r.fence == proposal {
+				fenced++
+			} else {
+				toFence = append(toFence, r)
+			}
 		}
-		g = dlock.Grant{Token: top + 1, Count: 1, Handle: a.gid}
-		toFence = granted
 	}
 	if len(toFence) > 0 {
 		nctx := context.WithoutCancel(ctx)

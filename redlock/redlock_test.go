@@ -2,8 +2,10 @@ package redlock_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
@@ -66,5 +68,31 @@ func TestOpenURL(t *testing.T) {
 		if _, err := dlock.Open(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "invalid option") {
 			t.Errorf("Open(%q) = %v, want ErrInvalidOption", bad, err)
 		}
+	}
+}
+
+// TestFenceAheadOfClock: when the masters' fences are ahead of this
+// process's clock (another client's clock runs fast), a grant takes
+// another round and its token is still above every fence of the granting
+// majority.
+func TestFenceAheadOfClock(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	b := open(t, g, "")
+	ctx := context.Background()
+	const ahead = uint64(1) << 52 // far beyond the clock in µs
+	for i, n := range g.Nodes() {
+		if _, err := n.Do(ctx, "HSET", "dlock:{f}", "f", strconv.FormatUint(ahead+uint64(i), 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gr, _, err := b.Acquire(ctx, dlock.Request{Name: "f", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if gr.Token <= ahead+2 {
+		t.Fatalf("token %d is not above the fences of a majority (%d..%d)", gr.Token, ahead, ahead+4)
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: "f", Owner: "o", Token: gr.Token, Handle: gr.Handle}); err != nil {
+		t.Fatalf("Release: %v", err)
 	}
 }

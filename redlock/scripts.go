@@ -18,12 +18,16 @@ import goredis "github.com/redis/go-redis/v9"
 // acquireScript makes one attempt on one master.
 //
 //	KEYS: lock hash, queue (zset: fair waiter id -> ticket), deadlines (zset: id -> ms)
-//	ARGV: owner, ttl ms, acquisition id, mode ("t" try, "w" wait, "f" fair wait), ticket, waiter timeout ms
+//	ARGV: owner, ttl ms, acquisition id, mode ("t" try, "w" wait, "f" fair wait), ticket, waiter timeout ms, proposed token
 //
-// Replies {1, fence floor, 1, id} for a new hold (the fence floor is
-// max(f, the master's time in µs)), {2, f, count, id of the hold} for a
-// reentry, {0, holder, holder's f, remaining ms} when held by another, and
-// {0, "", f, 0} when free but promised to the head of the fair queue.
+// Replies {1, token, 1, id} for a new hold, whose token (the proposed one)
+// is now the master's fence; {3, f} when the lock is free but the proposed
+// token is not above the fence f (nothing changed: the client proposes
+// again above f); {2, f, count, id of the hold} for a reentry; {0, holder,
+// holder's f, remaining ms} when held by another; and {0, "", f, 0} when
+// free but promised to the head of the fair queue. A request of the
+// acquisition that already holds the master (a second round) raises the
+// fence to its new proposal.
 //
 // Fair waiters queue by ticket (their arrival time), so that the queues of
 // all masters agree on the order; a free lock with a queue goes to its head
@@ -36,6 +40,14 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local x = tonumber(cur[4]) or 0
 local held = cur[1] and x > now
+local p = tonumber(ARGV[7])
+if held and cur[1] == owner and cur[3] == gid then
+  if (tonumber(cur[5]) or 0) < p then
+    redis.call('HSET', h, 'f', ARGV[7], 'x', math.max(x, now + ttl))
+    return {1, ARGV[7], tonumber(cur[2]), gid}
+  end
+  return {3, cur[5]}
+end
 if held and cur[1] == owner then
   local n = tonumber(cur[2]) + 1
   redis.call('HSET', h, 'n', n, 'x', math.max(x, now + ttl))
@@ -67,9 +79,11 @@ end
 if head and head ~= gid then
   return {0, '', cur[5] or '0', 0}
 end
-redis.call('HSET', h, 'o', owner, 'n', 1, 'g', gid, 'x', now + ttl)
-local fl = math.max(tonumber(cur[5]) or 0, t[1] * 1000000 + t[2])
-return {1, string.format('%.0f', fl), 1, gid}
+if (tonumber(cur[5]) or 0) >= p then
+  return {3, cur[5]}
+end
+redis.call('HSET', h, 'o', owner, 'n', 1, 'g', gid, 'x', now + ttl, 'f', ARGV[7])
+return {1, ARGV[7], 1, gid}
 `)
 
 // fenceScript writes a new grant's token to a master that granted it.
