@@ -11,10 +11,22 @@
 // by [NodeTimeout] (much smaller than the TTL). It returns as soon as
 // N/2+1 masters granted, without waiting for slow ones (their late answers
 // are dealt with in the background: a late grant of a failed attempt is
-// given back, a late grant of a successful one is fenced). A new hold then
-// takes as its fencing token the highest fence any granting master
-// reported plus one, and writes it back to those masters; the grant counts
-// only when a quorum took the token and the validity
+// given back, a late grant of a successful one keeps its token).
+//
+// Fencing tokens: the request proposes a token (this process's clock in
+// µs), and a master grants only if its fence — the last token written
+// there, kept when the lock frees — is below the proposal, storing the
+// proposal as its fence in the same atomic step. So the token is written to
+// the granting majority before the grant counts, and it is above every
+// fence of that majority; any two majorities share a master, so every new
+// grant's token is above every earlier grant's. A master whose fence is
+// not below the proposal refuses and reports its fence; the next round
+// (at most three) proposes above the highest fence seen. The clock only
+// decides how many rounds a grant takes (one when the clients' clocks
+// roughly agree), never whether tokens increase. A reentrant grant (the
+// owner holds a majority) returns the holder's token.
+//
+// The grant counts only when a quorum granted and the validity
 //
 //	TTL − elapsed − (TTL × DriftFactor + 2ms)
 //
@@ -24,17 +36,28 @@
 // (a [*dlock.HeldError] naming the holder of most masters) when other
 // holders refused, with a [*QuorumError] matching [dlock.ErrNoQuorum] and
 // [dlock.ErrBackendUnavailable], naming each failed master and why, when
-// too many masters failed to answer.
+// too many masters failed to answer for a quorum to be possible.
 //
 // A renewal extends the hold on every master and succeeds only when a
 // quorum did so with validity left; fewer is a loss ([dlock.ErrLeaseLost]),
-// which the Client reports through the lease's Done and Err. Release gives
-// up the hold on all masters. Reentrancy is by explicit owner, with the
-// count kept on each master. A waiting Lock subscribes to the lock's
-// channel on every master and retries on a release notice from any of
-// them, at the latest when the holder's shortest remaining lease ends, and
-// after a short random pause when contenders split the masters between
-// them (nobody then got a quorum, and all gave back).
+// which the Client reports through the lease's Done and Err. A master where
+// the lock is free and whose fence is not above the holder's token (it
+// answered the acquisition too late, restarted empty, or let its copy
+// expire) takes the hold again on renewal, so that a hold granted by a bare
+// quorum spreads to the other masters and survives losing one of them.
+// Release gives up the hold on all masters; it succeeds when the masters
+// that answered released (the others let their copies expire) and reports
+// ErrLeaseLost when a quorum no longer held it. Reentrancy is by explicit
+// owner, with the count kept on each master. A waiting Lock subscribes to
+// the lock's channel on every master and retries on a release notice from
+// any of them, at the latest when the holder's shortest remaining lease
+// ends (and at least every second), and after a short random pause when
+// contenders split the masters between them (nobody got a quorum, and all
+// gave back). Fair waiters queue on every master by a ticket (their
+// arrival time by their own clock), so the masters agree on the order
+// and the globally first waiter is the head wherever it is queued; a free
+// lock with a queue goes to its head only. Fairness across processes thus
+// follows their clocks; exclusion and tokens do not.
 //
 // Each master holds, per lock, the hash PREFIX:{NAME} with the holder, its
 // reentry count, the end of its lease by that master's clock and the fence
@@ -60,12 +83,14 @@
 //     A master that lost its data must stay out for longer than the
 //     largest TTL in use before it rejoins; then every hold it forgot has
 //     ended anyway. With that rule, a minority of masters restarting empty
-//     changes nothing: the holder keeps its majority, and the fences of
-//     the other masters keep tokens increasing (the restarted master
-//     reports as its fence floor its clock in µs, so a forgotten fence
-//     does not pull tokens back either). Break it and two holders are
-//     possible, and a new token may repeat an older one if the masters
-//     that remembered the fence were the ones that restarted.
+//     changes nothing: the holder keeps its majority (and its renewals
+//     take the restarted masters back), and the fences of the other
+//     masters keep tokens increasing. Break it and two holders are
+//     possible (TestDelayedRestartRule shows it: the first learns of its
+//     loss at its next renewal, within its validity), and a new token
+//     could fall below an older one if the masters that remembered the
+//     fence were the ones that restarted; only the clock-based proposal
+//     keeps it above in practice.
 //   - Pauses shorter than the validity. A client process paused (GC, SIGSTOP,
 //     swapping) past its lease's deadline may act on a lock that expired
 //     and was granted to another: the Client's lease reports the loss at
