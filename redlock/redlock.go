@@ -732,7 +732,19 @@ func (b *Backend) newWaiter(req dlock.Request, gid, mode string, ticket int64) *
 					default:
 					}
 				case <-w.stop:
-					return
+					// Read on until go-redis closes the channel (after
+					// PubSub.Close), so that its goroutine never blocks
+					// on a send nobody takes.
+					for {
+						select {
+						case _, ok := <-msgs:
+							if !ok {
+								return
+							}
+						case <-time.After(time.Second):
+							return
+						}
+					}
 				}
 			}
 		}()
@@ -814,10 +826,10 @@ func (w *waiter) Cancel(ctx context.Context) error {
 
 func (w *waiter) close() {
 	w.once.Do(func() {
-		close(w.stop)
 		for _, ps := range w.subs {
 			ps.Close()
 		}
+		close(w.stop)
 		w.fwd.Wait()
 	})
 }
