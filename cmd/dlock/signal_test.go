@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,14 @@ import (
 // A signal sent to dlock reaches the command's whole process group, and
 // dlock exits with the command's status.
 func TestSignalsAreForwarded(t *testing.T) {
+	// Under nohup the test inherits SIGHUP ignored, and so would dlock
+	// (TestIgnoredSignalsStayIgnored checks that it keeps it so). Catching
+	// SIGHUP here makes the children start with the default disposition.
+	if signal.Ignored(syscall.SIGHUP) {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGHUP)
+		defer signal.Stop(c)
+	}
 	for _, tc := range []struct {
 		sig  syscall.Signal
 		name string
