@@ -8,10 +8,18 @@
 // # The algorithm
 //
 // Acquire sends one script to every master in parallel, each call bounded
-// by [NodeTimeout] (much smaller than the TTL). It returns as soon as
-// N/2+1 masters granted, without waiting for slow ones (their late answers
-// are dealt with in the background: a late grant of a failed attempt is
-// given back, a late grant of a successful one keeps its token).
+// by [NodeTimeout] (much smaller than the TTL; 250ms by default). It
+// returns as soon as N/2+1 masters granted, without waiting for slow ones.
+// Their late answers are dealt with in the background: a late grant of a
+// failed attempt is given back, a late grant of a successful one keeps its
+// token, and a late grant of a hold that was released meanwhile is given
+// back. Every attempt has an acquisition id of its own, stored with its
+// grants, and releases match that id (or the token): the undoing of one
+// attempt never touches another's grant, even when a fair waiter's
+// attempts follow each other under one owner. A grant needs a quorum of
+// new grants or a quorum of reentries: a master where the same owner still
+// holds otherwise (its previous hold being released there) answers with a
+// reentry, which is undone and does not count.
 //
 // Fencing tokens: the request proposes a token (this process's clock in
 // µs), and a master grants only if its fence — the last token written
@@ -32,7 +40,8 @@
 //
 // is still positive, elapsed measured on the monotonic clock from before
 // the first send. Otherwise, and whenever no quorum granted, the attempt
-// gives back every grant at once and fails: with [dlock.ErrNotAcquired]
+// gives back at once, on every master it reached, whatever it may have got
+// there, and fails: with [dlock.ErrNotAcquired]
 // (a [*dlock.HeldError] naming the holder of most masters) when other
 // holders refused, with a [*QuorumError] matching [dlock.ErrNoQuorum] and
 // [dlock.ErrBackendUnavailable], naming each failed master and why, when
@@ -44,10 +53,26 @@
 // the lock is free and whose fence is not above the holder's token (it
 // answered the acquisition too late, restarted empty, or let its copy
 // expire) takes the hold again on renewal, so that a hold granted by a bare
-// quorum spreads to the other masters and survives losing one of them.
-// Release gives up the hold on all masters; it succeeds when the masters
-// that answered released (the others let their copies expire) and reports
-// ErrLeaseLost when a quorum no longer held it. Reentrancy is by explicit
+// quorum spreads to the other masters and survives losing one of them. A
+// renewal that fails releases what is left of the hold in the background.
+// Release gives up the hold on all masters and returns as soon as a quorum
+// released (or, short of that, when all answered: it succeeds when the
+// masters that answered released, and reports ErrLeaseLost when a quorum
+// no longer held it). The other masters are released in the background;
+// Close waits for those calls.
+//
+// No hold is left behind on a minority to expire by its TTL. A master that
+// does not answer (paused, slow, its link cut) may still execute a request
+// sent to it, after the client gave up on it: every give-back and release
+// that fails to reach a master is retried, by one goroutine per master,
+// until it does or until whatever it undoes has expired there (Close stops
+// the retries). A release raises the master's fence above the released
+// token when it leaves the lock free there (a failed attempt's give-back:
+// to the highest token it proposed), so an acquisition or renewal of that
+// hold that reaches the master after its release is refused; one that
+// reaches it before is undone by the release.
+//
+// Reentrancy is by explicit
 // owner, with the count kept on each master. A waiting Lock subscribes to
 // the lock's channel on every master and retries on a release notice from
 // any of them, at the latest when the holder's shortest remaining lease
@@ -60,8 +85,9 @@
 // follows their clocks; exclusion and tokens do not.
 //
 // Each master holds, per lock, the hash PREFIX:{NAME} with the holder, its
-// reentry count, the end of its lease by that master's clock and the fence
-// (the last token written there), which is kept when the lock frees.
+// reentry count, its acquisition id, the end of its lease by that master's
+// clock and the fence (the last token written there, or one above the
+// last released token), which is kept when the lock frees.
 //
 // # Assumptions, and what breaks when they fail
 //

@@ -19,7 +19,7 @@ type config struct {
 // Defaults.
 const (
 	DefaultKeyPrefix   = "dlock"
-	DefaultNodeTimeout = 100 * time.Millisecond
+	DefaultNodeTimeout = 250 * time.Millisecond
 	DefaultDriftFactor = 0.01
 )
 
@@ -39,9 +39,14 @@ func KeyPrefix(p string) Option {
 	}
 }
 
-// NodeTimeout bounds each call to one master (default 100ms). Keep it
+// NodeTimeout bounds each call to one master (default 250ms). Keep it
 // much smaller than the TTL: an acquisition takes up to about twice this
-// long when masters are slow, and that time comes off the validity.
+// long when masters are slow, and that time comes off the validity. The
+// default leaves room for a loaded machine: at 100ms, a 2-core machine
+// busy with other work saw calls to healthy masters time out now and then,
+// and each such timeout costs a master's vote. A master that does answer
+// is not waited for longer than it takes; only a dead or paused one costs
+// the whole timeout, and an acquisition returns at quorum without it.
 func NodeTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

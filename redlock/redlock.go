@@ -30,6 +30,8 @@ type Backend struct {
 	bg        sync.WaitGroup // per-node calls that outlive the operation that started them
 	closeOnce sync.Once
 	closed    atomic.Bool
+	quit      chan struct{} // closed by Close: stops the give-back retries
+	retries   []retryQueue  // per master: give-backs that failed and are retried
 }
 
 var _ dlock.Backend = (*Backend)(nil)
@@ -57,7 +59,7 @@ func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
 	if len(cfg.errs) > 0 {
 		return nil, fmt.Errorf("%w: redlock: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
 	}
-	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg}
+	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, quit: make(chan struct{}), retries: make([]retryQueue, len(clients))}
 	for _, c := range clients {
 		b.addrs = append(b.addrs, c.Options().Addr)
 	}
@@ -72,11 +74,14 @@ func (b *Backend) String() string { return b.desc }
 func (b *Backend) Quorum() int { return b.quorum }
 
 // Close waits for per-node calls still in flight (each is bounded by the
-// node timeout) and closes the clients if the backend made them.
+// node timeout), stops retrying give-backs that have not reached their
+// masters yet (those holds expire with their TTL), and closes the clients
+// if the backend made them.
 func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		close(b.quit)
 		b.bg.Wait()
 		if b.owned {
 			for _, c := range b.nodes {
@@ -133,7 +138,7 @@ type nodeRes struct {
 	round int
 }
 
-func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, mode string, ticket int64, proposal uint64) nodeRes {
+func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, qid, mode string, ticket int64, proposal uint64) nodeRes {
 	r := nodeRes{i: i, kind: kindError}
 	if b.closed.Load() {
 		r.err = dlock.ErrClosed
@@ -141,7 +146,7 @@ func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, mo
 	}
 	ctx, cancel := b.nodeCtx(ctx)
 	defer cancel()
-	v, err := acquireScript.Run(ctx, b.nodes[i], b.keys(req.Name), req.Owner, req.TTL.Milliseconds(), gid, mode, ticket, waiterTimeout.Milliseconds(), proposal).Slice()
+	v, err := acquireScript.Run(ctx, b.nodes[i], b.keys(req.Name), req.Owner, req.TTL.Milliseconds(), gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, qid).Slice()
 	if err != nil {
 		r.err = err
 		return r
@@ -188,40 +193,128 @@ const (
 	stateFailed
 )
 
+// Per-master release states of a granted attempt.
+const (
+	relNone   = iota // not released
+	relSent          // the release is on its way to the master
+	relFreed         // the master released it
+	relMissed        // the master did not hold it when the release came
+)
+
 // attempt is one acquisition attempt across the masters. Masters that
 // answer after the attempt was decided are dealt with in the background:
 // a late grant of a failed attempt is given back, a late grant of a
-// successful one is fenced.
+// successful one is fenced while the hold lasts and given back once it was
+// released.
 type attempt struct {
 	b     *Backend
 	req   dlock.Request
-	gid   string
+	gid   string // unique to this attempt: the masters store it with the grant
+	qid   string // the fair waiter's id in the queues ("" if not fair)
 	owner string
 
-	mu    sync.Mutex
-	state int
-	token uint64
-	ch    chan nodeRes
+	mu       sync.Mutex
+	state    int
+	token    uint64
+	maxP     uint64 // the highest token proposed
+	reentry  bool   // granted as a reentry of a hold that a quorum has
+	released bool
+	rel      []int8 // per master, once released
+	relLate  []bool // per master: a grant answered while its release was under way
+	ch       chan nodeRes
+	maxTTL   atomic.Int64 // the longest TTL of a renewal of the hold
 }
 
-// late deals with a master's answer that came after the decision.
-func (a *attempt) late(r nodeRes, state int) {
+// lateLocked deals with a master's answer r that came after the
+// decision; it returns what to do about it, to be run without a.mu.
+func (a *attempt) lateLocked(r nodeRes) func() {
 	b := a.b
-	ctx := context.Background()
 	switch {
-	case state == stateFailed && r.kind != kindHeld:
+	case a.state == stateFailed && r.kind != kindHeld:
 		// A grant (or an answer lost on the way, which may hide one) of a
 		// failed attempt: give it back.
-		b.releaseNode(ctx, r.i, a.req.Name, a.owner, "", r.gid, a.gid)
-	case state == stateGranted && r.kind == kindNew && r.fence != a.token:
-		b.fenceNode(ctx, r.i, a.req.Name, a.owner, r.gid, a.token)
+		return func() { b.giveBack(r.i, a.giveBackOf(r)) }
+	case a.state != stateGranted || (r.kind != kindNew && r.kind != kindReent):
+		return nil
+	case r.kind == kindReent && !a.reentry:
+		// The owner's other hold on this master (one being released, or
+		// one that lost its quorum) took the request as a reentry: undo
+		// the increment, it is not part of this grant.
+		return func() { b.giveBack(r.i, a.giveBackOf(r)) }
+	case !a.released:
+		if r.kind == kindNew && r.fence != a.token {
+			return func() { b.fenceNode(context.Background(), r.i, a.req.Name, a.owner, r.gid, a.qid, a.token) }
+		}
+		return nil
+	}
+	// A grant of a hold that was released already.
+	switch a.rel[r.i] {
+	case relSent:
+		a.relLate[r.i] = true // the release's answer decides
+		return nil
+	case relFreed:
+		return nil // the grant came first and was released
+	}
+	return func() { b.giveBack(r.i, a.holdGiveBack(r.i)) }
+}
+
+// giveBackOf is the undoing of answer r of a failed attempt.
+func (a *attempt) giveBackOf(r nodeRes) giveBack {
+	gb := giveBack{name: a.req.Name, owner: a.owner, gid: a.gid, floor: strconv.FormatUint(a.maxP, 10), until: time.Now().Add(a.req.TTL + a.b.cfg.nodeTimeout)}
+	if r.kind == kindReent {
+		gb.token = strconv.FormatUint(r.fence, 10)
+	}
+	return gb
+}
+
+// holdGiveBack is the release of the attempt's grant on master i.
+func (a *attempt) holdGiveBack(i int) giveBack {
+	return giveBack{name: a.req.Name, owner: a.owner, token: strconv.FormatUint(a.token, 10), gid: a.gid, qid: a.qid,
+		floor: strconv.FormatUint(a.token+1, 10), until: time.Now().Add(a.req.TTL + a.b.cfg.nodeTimeout)}
+}
+
+// releasing marks the granted attempt's hold as released on every master
+// and reports false if it was already.
+func (a *attempt) releasing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.released {
+		return false
+	}
+	a.released = true
+	a.rel = make([]int8, len(a.b.nodes))
+	a.relLate = make([]bool, len(a.b.nodes))
+	for i := range a.rel {
+		a.rel[i] = relSent
+	}
+	return true
+}
+
+// releasedOn records the answer of master i to the release: freed, or not
+// (missed). A grant that came while the release was under way and that
+// the release missed is given back.
+func (a *attempt) releasedOn(i int, freed bool) {
+	a.mu.Lock()
+	if a.rel == nil {
+		a.mu.Unlock()
+		return
+	}
+	late := a.relLate[i] && !freed
+	if freed {
+		a.rel[i] = relFreed
+	} else {
+		a.rel[i] = relMissed
+	}
+	a.mu.Unlock()
+	if late {
+		a.b.giveBack(i, a.holdGiveBack(i))
 	}
 }
 
-func (b *Backend) fenceNode(ctx context.Context, i int, name, owner, gid string, token uint64) error {
+func (b *Backend) fenceNode(ctx context.Context, i int, name, owner, gid, qid string, token uint64) error {
 	ctx, cancel := b.nodeCtx(ctx)
 	defer cancel()
-	v, err := fenceScript.Run(ctx, b.nodes[i], b.keys(name), owner, gid, token).Int64()
+	v, err := fenceScript.Run(ctx, b.nodes[i], b.keys(name), owner, gid, token, qid).Int64()
 	if err != nil {
 		return err
 	}
@@ -231,20 +324,23 @@ func (b *Backend) fenceNode(ctx context.Context, i int, name, owner, gid string,
 	return nil
 }
 
-// releaseNode gives up one hold on master i. gid is the acquisition id the
-// master reported (or, with alt, the attempt's own id for an unanswered
-// request). It reports whether the master released.
-func (b *Backend) releaseNode(ctx context.Context, i int, name, owner, token, gid, alt string) (bool, error) {
-	dequeue := ""
-	if alt == "" {
-		dequeue = "1"
-	}
-	if gid == "" {
-		gid = alt
-	}
+// giveBack is the release of one hold (or of what an attempt may have got)
+// on one master.
+type giveBack struct {
+	name, owner string
+	token       string // the hold's token; "" to match by gid only
+	gid         string // the acquisition id stored with the grant
+	qid         string // the fair waiter to take out of the queue, if any
+	floor       string // the master's fence is raised to this when the lock is free there
+	until       time.Time
+}
+
+// releaseNode gives up one hold on master i. It reports whether the master
+// released.
+func (b *Backend) releaseNode(ctx context.Context, i int, gb giveBack) (bool, error) {
 	ctx, cancel := b.nodeCtx(ctx)
 	defer cancel()
-	v, err := releaseScript.Run(ctx, b.nodes[i], b.keys(name), owner, token, gid, b.channel(name), dequeue).Slice()
+	v, err := releaseScript.Run(ctx, b.nodes[i], b.keys(gb.name), gb.owner, gb.token, gb.gid, b.channel(gb.name), gb.qid, gb.floor).Slice()
 	if err != nil {
 		return false, err
 	}
@@ -252,30 +348,119 @@ func (b *Backend) releaseNode(ctx context.Context, i int, name, owner, token, gi
 	return ok == 1, nil
 }
 
+// giveBack releases gb on master i, and if the master cannot be reached
+// queues it for retries (see retryQueue). It reports whether the master
+// released.
+func (b *Backend) giveBack(i int, gb giveBack) bool {
+	ok, err := b.releaseNode(context.Background(), i, gb)
+	if err != nil {
+		b.retry(i, gb)
+	}
+	return ok
+}
+
+// retryQueue holds the give-backs that did not reach a master. A master
+// that did not answer (paused, slow, its link cut) may still execute an
+// acquisition sent to it earlier, after the release that was meant to
+// undo it failed: nobody would release that grant, and it would keep the
+// lock from everyone on that master for a whole TTL. So the release is
+// retried, by one goroutine per master while there is anything to retry,
+// until it reaches the master or until any grant it undoes has expired.
+// (A release that arrives first raises the master's fence above the
+// grant's token, so that the late acquisition is refused.)
+type retryQueue struct {
+	mu      sync.Mutex
+	items   []giveBack
+	running bool
+}
+
+// retryDelay bounds the pause between retries of give-backs.
+const maxRetryDelay = 250 * time.Millisecond
+
+func (b *Backend) retry(i int, gb giveBack) {
+	q := &b.retries[i]
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if b.closed.Load() {
+		return
+	}
+	q.items = append(q.items, gb)
+	if !q.running {
+		q.running = true
+		b.bg.Add(1)
+		go b.retryLoop(i)
+	}
+}
+
+func (b *Backend) retryLoop(i int) {
+	defer b.bg.Done()
+	q := &b.retries[i]
+	delay := 10 * time.Millisecond
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-b.quit:
+			q.mu.Lock()
+			q.items, q.running = nil, false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Lock()
+		now := time.Now()
+		q.items = slices.DeleteFunc(q.items, func(gb giveBack) bool { return now.After(gb.until) })
+		if len(q.items) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		items := slices.Clone(q.items)
+		q.mu.Unlock()
+		done := 0
+		for _, gb := range items {
+			if _, err := b.releaseNode(context.Background(), i, gb); err != nil {
+				break
+			}
+			done++
+		}
+		q.mu.Lock()
+		q.items = q.items[done:]
+		q.mu.Unlock()
+		if done == len(items) {
+			delay = 10 * time.Millisecond
+		} else {
+			delay = min(2*delay, maxRetryDelay)
+		}
+		t.Reset(delay)
+	}
+}
+
 // Acquire makes one attempt on all masters in parallel; see
 // [dlock.Backend] and the package documentation. It returns as soon as a
 // quorum granted (and the grant's token was written to a quorum), without
 // waiting for slower masters.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
-	gid, mode, ticket := newID(), modeTry, int64(0)
+	mode, qid, ticket := modeTry, "", int64(0)
 	if req.Wait {
 		mode = modeWait
 		if req.Fair {
-			// A fair waiter keeps its id and ticket over its attempts.
-			mode, ticket = modeFair, time.Now().UnixMicro()
+			// A fair waiter keeps its place (queue id and ticket) over its
+			// attempts; each attempt has an id of its own.
+			mode, qid, ticket = modeFair, newID(), time.Now().UnixMicro()
 		}
 	}
-	g, res, err := b.attempt(ctx, req, gid, mode, ticket)
+	g, res, err := b.attempt(ctx, req, qid, mode, ticket)
 	if err == nil {
 		return g, nil, nil
 	}
 	if !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
 		if mode == modeFair {
-			b.cancel(context.WithoutCancel(ctx), req.Name, gid)
+			b.cancel(context.WithoutCancel(ctx), req.Name, qid)
 		}
 		return dlock.Grant{}, nil, err
 	}
-	w := b.newWaiter(req, gid, mode, ticket)
+	w := b.newWaiter(req, qid, mode, ticket)
 	w.res = res
 	return dlock.Grant{}, w, err
 }
@@ -291,11 +476,11 @@ const (
 // without an attempt; a waiter makes one at least every maxWait.
 const waiterTimeout = 5 * time.Second
 
-// cancel withdraws fair waiter gid from every master's queue.
-func (b *Backend) cancel(ctx context.Context, name, gid string) error {
+// cancel withdraws fair waiter qid from every master's queue.
+func (b *Backend) cancel(ctx context.Context, name, qid string) error {
 	keys, ch := b.keys(name), b.channel(name)
-	_, _, failed := b.fanOut(ctx, len(b.nodes), true, func(ctx context.Context, i int) (bool, error) {
-		return true, cancelScript.Run(ctx, b.nodes[i], keys, gid, ch).Err()
+	_, _, failed := b.fanOut(ctx, len(b.nodes)+1, false, func(ctx context.Context, i int) (bool, error) {
+		return true, cancelScript.Run(ctx, b.nodes[i], keys, qid, ch).Err()
 	})
 	if len(failed) > 0 {
 		return b.quorumError("cancel", len(b.nodes)-len(failed), failed)
@@ -309,13 +494,13 @@ type attemptResult struct {
 	split bool // no owner held a quorum: contenders collided
 }
 
-func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode string, ticket int64) (dlock.Grant, attemptResult, error) {
+func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode string, ticket int64) (dlock.Grant, attemptResult, error) {
 	if b.closed.Load() {
 		return dlock.Grant{}, attemptResult{}, fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
 	}
 	start := time.Now()
 	n := len(b.nodes)
-	a := &attempt{b: b, req: req, gid: gid, owner: req.Owner, ch: make(chan nodeRes, n*maxRounds)}
+	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, ch: make(chan nodeRes, n*maxRounds)}
 	// Per-node calls do not end with ctx: a call cut short may still have
 	// been granted, and its answer decides whether to give it back.
 	nctx := context.WithoutCancel(ctx)
@@ -327,36 +512,51 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 	proposal := uint64(time.Now().UnixMicro())
 	var granted, held, failed, stale []nodeRes
 	var ctxErr error
+	var quorum bool
 	for round := 0; ; round++ {
 		p := proposal
+		a.mu.Lock()
+		a.maxP = max(a.maxP, p)
+		a.mu.Unlock()
 		for i := range n {
 			b.bg.Add(1)
 			go func() {
 				defer b.bg.Done()
-				r := b.tryNode(nctx, i, req, gid, mode, ticket, p)
+				r := b.tryNode(nctx, i, req, a.gid, a.qid, mode, ticket, p)
 				r.round = round
 				a.mu.Lock()
-				st := a.state
-				if st == statePending {
+				if a.state == statePending {
 					a.ch <- r
 					a.mu.Unlock()
 					return
 				}
+				f := a.lateLocked(r)
 				a.mu.Unlock()
-				a.late(r, st)
+				if f != nil {
+					f()
+				}
 			}()
 		}
 		granted, held, failed, stale = nil, nil, nil, nil
-		got := 0
-		for len(granted) < b.quorum && len(granted)+n-got >= b.quorum {
+		got, nNew, nReent := 0, 0, 0
+		// A grant needs a quorum of new grants, or of reentries of the
+		// owner's hold; a mix of the two is the owner's other hold on a
+		// minority (see complete).
+		for nNew < b.quorum && nReent < b.quorum && max(nNew, nReent)+n-got >= b.quorum {
 			select {
 			case r := <-a.ch:
 				if r.round != round {
-					continue // the master answers this round too
+					// An earlier round's answer: this round's request to
+					// the same master answers for it (same attempt id).
+					continue
 				}
 				got++
 				switch r.kind {
-				case kindNew, kindReent:
+				case kindNew:
+					nNew++
+					granted = append(granted, r)
+				case kindReent:
+					nReent++
 					granted = append(granted, r)
 				case kindHeld:
 					held = append(held, r)
@@ -372,8 +572,9 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 				break
 			}
 		}
-		if ctxErr != nil || len(granted) >= b.quorum || len(stale) == 0 || round+1 >= maxRounds ||
-			len(granted)+len(stale)+n-got < b.quorum {
+		quorum = nNew >= b.quorum || nReent >= b.quorum
+		if ctxErr != nil || quorum || len(stale) == 0 || round+1 >= maxRounds ||
+			nNew+len(stale)+n-got < b.quorum {
 			break
 		}
 		for _, r := range stale {
@@ -382,7 +583,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 	}
 	var g dlock.Grant
 	var err error
-	if ctxErr == nil && len(granted) >= b.quorum {
+	if ctxErr == nil && quorum {
 		g, err = b.complete(ctx, a, granted, proposal, start)
 		if err == nil {
 			a.decide(stateGranted, g.Token)
@@ -401,7 +602,8 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 			err = notAcquired(held, len(granted), b.quorum)
 		}
 	}
-	// Give back every grant at once.
+	// Give back at once everything the attempt may have got; masters that
+	// answer later give back when they answer.
 	pending := a.decide(stateFailed, 0)
 	var wg sync.WaitGroup
 	for _, r := range slices.Concat(granted, failed, stale, pending) {
@@ -411,11 +613,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, gid, mode stri
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tok := ""
-			if r.kind == kindReent {
-				tok = strconv.FormatUint(r.fence, 10)
-			}
-			b.releaseNode(nctx, r.i, req.Name, req.Owner, tok, r.gid, a.gid)
+			b.giveBack(r.i, a.giveBackOf(r))
 		}()
 	}
 	wg.Wait()
@@ -431,24 +629,27 @@ const maxRounds = 3
 func (a *attempt) decide(state int, token uint64) []nodeRes {
 	a.mu.Lock()
 	a.state, a.token = state, token
-	a.mu.Unlock()
 	var rest []nodeRes
-	for {
-		select {
-		case r := <-a.ch:
-			if state == stateGranted {
-				a.b.bg.Add(1)
-				go func() {
-					defer a.b.bg.Done()
-					a.late(r, state)
-				}()
-			} else {
-				rest = append(rest, r)
+	var fs []func()
+	for len(a.ch) > 0 {
+		r := <-a.ch
+		if state == stateGranted {
+			if f := a.lateLocked(r); f != nil {
+				fs = append(fs, f)
 			}
-		default:
-			return rest
+		} else {
+			rest = append(rest, r)
 		}
 	}
+	a.mu.Unlock()
+	for _, f := range fs {
+		a.b.bg.Add(1)
+		go func() {
+			defer a.b.bg.Done()
+			f()
+		}()
+	}
+	return rest
 }
 
 // complete turns a quorum of grants into a Grant: a reentry returns the
@@ -472,7 +673,8 @@ func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, p
 				best = r
 			}
 		}
-		g = dlock.Grant{Token: best.fence, Count: 1, Handle: best.gid}
+		a.reentry = true
+		g = dlock.Grant{Token: best.fence, Count: 1, Handle: &handle{gid: best.gid, a: a}}
 		for _, r := range reent {
 			g.Count = max(g.Count, r.count)
 		}
@@ -484,13 +686,23 @@ func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, p
 		}
 	} else {
 		// The masters that granted anew took the proposal as their fence
-		// with the grant; masters where the owner already held (an outer
-		// hold that lost its quorum) take it now.
-		g = dlock.Grant{Token: proposal, Count: 1, Handle: a.gid}
+		// with the grant (those that granted in an earlier round take it
+		// now). Masters where the owner holds otherwise (a hold of the
+		// same owner being released, or one that lost its quorum) took
+		// the request as a reentry of that hold; that is undone, and they
+		// join this hold at its renewals once that one is gone.
+		g = dlock.Grant{Token: proposal, Count: 1, Handle: &handle{gid: a.gid, a: a}}
 		for _, r := range granted {
-			if r.kind == kindNew && r.fence == proposal {
+			switch {
+			case r.kind == kindReent:
+				b.bg.Add(1)
+				go func() {
+					defer b.bg.Done()
+					b.giveBack(r.i, a.giveBackOf(r))
+				}()
+			case r.fence == proposal:
 				fenced++
-			} else {
+			default:
 				toFence = append(toFence, r)
 			}
 		}
@@ -503,7 +715,7 @@ func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, p
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[j] = b.fenceNode(nctx, r.i, a.req.Name, a.owner, r.gid, g.Token)
+				errs[j] = b.fenceNode(nctx, r.i, a.req.Name, a.owner, r.gid, a.qid, g.Token)
 			}()
 		}
 		wg.Wait()
@@ -526,6 +738,14 @@ func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, p
 			dlock.ErrNotAcquired, time.Since(start).Round(time.Millisecond), a.req.TTL)
 	}
 	return g, nil
+}
+
+// handle is a grant's Handle: the acquisition id that the masters store
+// with the hold, and the attempt that got it, whose late answers must be
+// given back once the hold is released.
+type handle struct {
+	gid string
+	a   *attempt
 }
 
 // notAcquired is the error of an attempt that other holders refused.
@@ -595,10 +815,10 @@ func (b *Backend) quorumError(op string, got int, failed []nodeRes) *QuorumError
 }
 
 // fanOut runs call on every master in parallel, each under the node
-// timeout, and returns when need of them succeeded, when that can no
-// longer happen, or when all answered (all is true). Calls still running
+// timeout, and returns when need of them succeeded, when all answered, or
+// (with giveUp) when need can no longer be reached. Calls still running
 // finish in the background.
-func (b *Backend) fanOut(ctx context.Context, need int, all bool, call func(ctx context.Context, i int) (bool, error)) (ok int, no []int, failed []nodeRes) {
+func (b *Backend) fanOut(ctx context.Context, need int, giveUp bool, call func(ctx context.Context, i int) (bool, error)) (ok int, no []int, failed []nodeRes) {
 	type res struct {
 		i   int
 		ok  bool
@@ -617,7 +837,7 @@ func (b *Backend) fanOut(ctx context.Context, need int, all bool, call func(ctx 
 		}()
 	}
 	for got := 0; got < n; got++ {
-		if !all && (ok >= need || ok+n-got < need) {
+		if ok >= need || giveUp && ok+n-got < need {
 			break
 		}
 		r := <-ch
@@ -636,7 +856,8 @@ func (b *Backend) fanOut(ctx context.Context, need int, all bool, call func(ctx 
 // Renew extends the hold on every master in parallel. It succeeds when a
 // quorum extended it in time to leave validity; otherwise the hold is lost
 // (the error matches [dlock.ErrLeaseLost]), because fewer than a quorum
-// cannot keep it from another client.
+// cannot keep it from another client, and what is left of it is released
+// in the background.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
 	if b.closed.Load() {
 		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
@@ -644,13 +865,21 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 	start := time.Now()
 	key := b.lockKey(h.Name)
 	tok := strconv.FormatUint(h.Token, 10)
-	gid, _ := h.Handle.(string)
+	hd, _ := h.Handle.(*handle)
+	gid := ""
+	if hd != nil {
+		gid = hd.gid
+	}
+	if hd != nil && hd.a.maxTTL.Load() < int64(ttl) {
+		hd.a.maxTTL.Store(int64(ttl))
+	}
 	nctx := context.WithoutCancel(ctx)
-	ok, no, failed := b.fanOut(nctx, b.quorum, false, func(ctx context.Context, i int) (bool, error) {
+	ok, no, failed := b.fanOut(nctx, b.quorum, true, func(ctx context.Context, i int) (bool, error) {
 		v, err := renewScript.Run(ctx, b.nodes[i], []string{key}, h.Owner, tok, ttl.Milliseconds(), gid).Int64()
 		return v == 1, err
 	})
 	if ok < b.quorum {
+		b.releaseLost(h)
 		e := b.quorumError("renew", ok, failed)
 		for _, i := range no {
 			e.Failed = append(e.Failed, NodeError{Addr: b.addrs[i], Err: errors.New("does not hold it")})
@@ -658,27 +887,82 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 		return fmt.Errorf("%w: %w", dlock.ErrLeaseLost, e)
 	}
 	if el := time.Since(start); ttl-el-b.drift(ttl) <= 0 {
+		b.releaseLost(h)
 		return fmt.Errorf("%w: the renewal took %v of a %v TTL", dlock.ErrLeaseLost, el.Round(time.Millisecond), ttl)
 	}
 	return nil
 }
 
-// Release gives up one hold on every master in parallel and waits for
-// their answers. It succeeds when a quorum released; it reports
-// [dlock.ErrLeaseLost] when a quorum did not hold it.
+// releaseLost releases a lost hold in the background on every master that
+// may still have it, so that a minority keeps nobody out until its TTL.
+// (A later Release of the lease finds nothing and reports the loss.)
+func (b *Backend) releaseLost(h dlock.Hold) {
+	if hd, _ := h.Handle.(*handle); hd != nil && !hd.a.releasing() {
+		return
+	}
+	for i := range b.nodes {
+		b.bg.Add(1)
+		go func() {
+			defer b.bg.Done()
+			b.releaseOn(i, h)
+		}()
+	}
+}
+
+// releaseOn releases hold h on master i (retrying in the background when
+// the master cannot be reached) and records the answer for the attempt's
+// late grants.
+func (b *Backend) releaseOn(i int, h dlock.Hold) (bool, error) {
+	gb := giveBack{name: h.Name, owner: h.Owner, token: strconv.FormatUint(h.Token, 10),
+		floor: strconv.FormatUint(h.Token+1, 10), until: time.Now().Add(b.maxTTL(h) + b.cfg.nodeTimeout)}
+	hd, _ := h.Handle.(*handle)
+	if hd != nil {
+		gb.gid, gb.qid = hd.gid, hd.a.qid
+	}
+	ok, err := b.releaseNode(context.Background(), i, gb)
+	if err != nil {
+		b.retry(i, gb)
+	}
+	if hd != nil {
+		// A release that did not reach the master is retried, and counts
+		// as reaching it: a grant that comes later is refused there.
+		hd.a.releasedOn(i, ok || err != nil)
+	}
+	return ok, err
+}
+
+// maxTTL is how long a master may keep hold h without renewal: the TTL of
+// its acquisition, or of a later renewal if that was longer.
+func (b *Backend) maxTTL(h dlock.Hold) time.Duration {
+	if hd, _ := h.Handle.(*handle); hd != nil {
+		return max(hd.a.req.TTL, time.Duration(hd.a.maxTTL.Load()))
+	}
+	return time.Minute
+}
+
+// Release gives up one hold on every master in parallel. It returns as
+// soon as a quorum released (the other masters are released in the
+// background, and retried until they answer or the hold expires there);
+// otherwise, when all answered, it succeeds if the masters that answered
+// released and fewer than a quorum did not hold it, and reports
+// [dlock.ErrLeaseLost] when a quorum no longer held it.
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	if b.closed.Load() {
 		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
 	}
-	gid, _ := h.Handle.(string)
-	tok := strconv.FormatUint(h.Token, 10)
-	ok, no, failed := b.fanOut(context.WithoutCancel(ctx), b.quorum, true, func(ctx context.Context, i int) (bool, error) {
-		return b.releaseNode(ctx, i, h.Name, h.Owner, tok, gid, "")
+	if hd, _ := h.Handle.(*handle); hd != nil && !hd.a.releasing() {
+		return fmt.Errorf("%w: released already", dlock.ErrLeaseLost)
+	}
+	ok, no, failed := b.fanOut(context.Background(), b.quorum, false, func(_ context.Context, i int) (bool, error) {
+		return b.releaseOn(i, h)
 	})
 	switch {
+	case ok >= b.quorum:
+		return nil
 	case ok > 0 && len(no) < b.quorum:
-		// Masters that could not be reached let their copies expire;
-		// fewer than a quorum of them cannot keep anyone out.
+		// Masters that could not be reached are retried in the background
+		// until their copies expire; fewer than a quorum of them cannot
+		// keep anyone out.
 		return nil
 	case len(no) >= b.quorum || len(failed) == 0:
 		return fmt.Errorf("%w: %d of %d masters did not hold it", dlock.ErrLeaseLost, len(no), len(b.nodes))
@@ -694,7 +978,7 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 type waiter struct {
 	b      *Backend
 	req    dlock.Request
-	gid    string // the fair waiter's id in the queues
+	qid    string // the fair waiter's id in the queues
 	mode   string
 	ticket int64
 	subs   []*goredis.PubSub
@@ -709,8 +993,8 @@ type waiter struct {
 // maxWait bounds one wait without a notice.
 const maxWait = time.Second
 
-func (b *Backend) newWaiter(req dlock.Request, gid, mode string, ticket int64) *waiter {
-	w := &waiter{b: b, req: req, gid: gid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), stop: make(chan struct{}), first: true}
+func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64) *waiter {
+	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), stop: make(chan struct{}), first: true}
 	ch := b.channel(req.Name)
 	for _, c := range b.nodes {
 		ctx, cancel := b.nodeCtx(context.Background())
@@ -800,11 +1084,7 @@ func (w *waiter) Wait(ctx context.Context) error {
 
 // Acquire makes the next attempt.
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
-	gid := w.gid
-	if w.mode != modeFair {
-		gid = newID()
-	}
-	g, res, err := w.b.attempt(ctx, w.req, gid, w.mode, w.ticket)
+	g, res, err := w.b.attempt(ctx, w.req, w.qid, w.mode, w.ticket)
 	if err == nil {
 		w.close()
 		return g, nil
@@ -819,7 +1099,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 func (w *waiter) Cancel(ctx context.Context) error {
 	w.close()
 	if w.mode == modeFair {
-		return w.b.cancel(ctx, w.req.Name, w.gid)
+		return w.b.cancel(ctx, w.req.Name, w.qid)
 	}
 	return nil
 }

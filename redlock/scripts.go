@@ -10,7 +10,8 @@ import goredis "github.com/redis/go-redis/v9"
 //	g  id of the acquisition that made the hold (unchanged by reentry)
 //	x  end of the lease, the master's time in ms (TIME)
 //	f  the fence: the last token written to this master, which is the
-//	   holder's token once the grant was fenced; kept when the lock frees
+//	   holder's token once the grant was fenced; kept when the lock frees,
+//	   and raised by a release above the released token (releaseScript)
 //
 // Expiry is judged against the master's own clock (TIME), the clock Redis
 // uses for PX too.
@@ -18,7 +19,7 @@ import goredis "github.com/redis/go-redis/v9"
 // acquireScript makes one attempt on one master.
 //
 //	KEYS: lock hash, queue (zset: fair waiter id -> ticket), deadlines (zset: id -> ms)
-//	ARGV: owner, ttl ms, acquisition id, mode ("t" try, "w" wait, "f" fair wait), ticket, waiter timeout ms, proposed token
+//	ARGV: owner, ttl ms, acquisition id, mode ("t" try, "w" wait, "f" fair wait), ticket, waiter timeout ms, proposed token, fair waiter id
 //
 // Replies {1, token, 1, id} for a new hold, whose token (the proposed one)
 // is now the master's fence; {3, f} when the lock is free but the proposed
@@ -31,10 +32,12 @@ import goredis "github.com/redis/go-redis/v9"
 //
 // Fair waiters queue by ticket (their arrival time), so that the queues of
 // all masters agree on the order; a free lock with a queue goes to its head
-// only. Waiters whose deadline passed are dropped first.
+// only. Waiters whose deadline passed are dropped first. A fair waiter keeps
+// its id over its attempts, while each attempt has an acquisition id of its
+// own: the release of one attempt's grants must never match another's.
 var acquireScript = goredis.NewScript(`
 local h, q, qd = KEYS[1], KEYS[2], KEYS[3]
-local owner, ttl, gid, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local owner, ttl, gid, mode, qid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[8]
 local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -61,11 +64,11 @@ if mode == 'f' or redis.call('EXISTS', q) == 1 then
     redis.call('ZREM', qd, id)
   end
   if mode == 'f' then
-    if not redis.call('ZSCORE', q, gid) then
-      redis.call('ZADD', q, ARGV[5], gid)
+    if not redis.call('ZSCORE', q, qid) then
+      redis.call('ZADD', q, ARGV[5], qid)
     end
     local dl = now + tonumber(ARGV[6])
-    redis.call('ZADD', qd, dl, gid)
+    redis.call('ZADD', qd, dl, qid)
     local last = redis.call('ZRANGE', qd, -1, -1, 'WITHSCORES')
     local gone = math.max(dl, tonumber(last[2])) + 1000
     redis.call('PEXPIREAT', q, gone)
@@ -76,7 +79,7 @@ end
 if held then
   return {0, cur[1], cur[5] or '0', x - now}
 end
-if head and head ~= gid then
+if head and head ~= qid then
   return {0, '', cur[5] or '0', 0}
 end
 if (tonumber(cur[5]) or 0) >= p then
@@ -89,13 +92,15 @@ return {1, ARGV[7], 1, gid}
 // fenceScript writes a new grant's token to a master that granted it.
 //
 //	KEYS: lock hash, queue, deadlines
-//	ARGV: owner, acquisition id, token
+//	ARGV: owner, acquisition id, token, fair waiter id ("" for none)
 //
 // Replies 1 if the master still holds the grant (its fence is then at
 // least the token), else 0. The grant's waiter leaves the fair queue.
 var fenceScript = goredis.NewScript(`
-redis.call('ZREM', KEYS[2], ARGV[2])
-redis.call('ZREM', KEYS[3], ARGV[2])
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[3], ARGV[4])
+end
 local cur = redis.call('HMGET', KEYS[1], 'o', 'g', 'x', 'f')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -139,24 +144,31 @@ return 0
 // fenced there). When the lock frees it publishes on the lock's channel.
 //
 //	KEYS: lock hash, queue, deadlines
-//	ARGV: owner, token ("" for none), acquisition id, channel, dequeue ("1" or "")
+//	ARGV: owner, token ("" for none), acquisition id, channel, fair waiter id ("" for none), floor ("" for none)
 //
-// Replies {1, count left}, or {0} when the master does not hold it. With
-// dequeue (the release of a lease, not the undoing of a failed attempt)
-// the acquisition's waiter, if any, leaves the fair queue.
+// Replies {1, count left}, or {0} when the master does not hold it. The
+// fair waiter, if any, leaves the queue. When the lock is free on the
+// master afterwards (released, or not held at all), its fence is raised
+// to at least the floor: the release of a hold with token T raises it to
+// T+1, and the giving back of a failed attempt to its highest proposed
+// token. So an acquisition or renewal of that hold still on its way to
+// the master (it was paused, or the link was slow) is refused when it
+// arrives after the release, instead of making a hold nobody releases.
 var releaseScript = goredis.NewScript(`
 local h = KEYS[1]
-if ARGV[5] == '1' then
-  redis.call('ZREM', KEYS[2], ARGV[3])
-  redis.call('ZREM', KEYS[3], ARGV[3])
+if ARGV[5] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[5])
+  redis.call('ZREM', KEYS[3], ARGV[5])
 end
 local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if cur[1] ~= ARGV[1] or (tonumber(cur[4]) or 0) <= now then
-  return {0}
-end
-if not (ARGV[2] ~= '' and cur[5] == ARGV[2] or cur[3] == ARGV[3]) then
+local live = cur[1] and (tonumber(cur[4]) or 0) > now
+local floor = tonumber(ARGV[6])
+if not (live and cur[1] == ARGV[1] and (ARGV[2] ~= '' and cur[5] == ARGV[2] or cur[3] == ARGV[3])) then
+  if not live and floor and (tonumber(cur[5]) or 0) < floor then
+    redis.call('HSET', h, 'f', ARGV[6])
+  end
   return {0}
 end
 local n = tonumber(cur[2]) - 1
@@ -165,6 +177,9 @@ if n > 0 then
   return {1, n}
 end
 redis.call('HDEL', h, 'o', 'n', 'g', 'x')
+if floor and (tonumber(cur[5]) or 0) < floor then
+  redis.call('HSET', h, 'f', ARGV[6])
+end
 redis.call('PUBLISH', ARGV[4], '')
 return {1, 0}
 `)

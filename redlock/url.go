@@ -32,7 +32,7 @@ func init() {
 // to all of them. OPTIONS:
 //
 //	key_prefix=dlock     KeyPrefix
-//	node_timeout=100ms   NodeTimeout (also the clients' dial timeout)
+//	node_timeout=250ms   NodeTimeout (also the clients' dial timeout)
 //	drift_factor=0.01    DriftFactor
 //	db=0                 the database number on every master
 //

@@ -1,0 +1,145 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testserver"
+	"github.com/dlock-dev/dlock/redlock"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// slowReply is a go-redis hook that delays the first reply to an
+// acquisition by owner, as a slow link back from the master would: the
+// master has executed it, the client learns of it late.
+type slowReply struct {
+	owner string
+	delay time.Duration
+	done  atomic.Bool
+}
+
+func (h *slowReply) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *slowReply) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && slices.Contains(cmd.Args(), any(h.owner)) &&
+			slices.Contains(cmd.Args(), any("f")) && h.done.CompareAndSwap(false, true) {
+			time.Sleep(h.delay)
+		}
+		return err
+	}
+}
+
+func (h *slowReply) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestFairAttemptIDs: the late answer of a fair waiter's failed attempt
+// is given back; that must not release what the waiter's next attempt got
+// on the same master, or the waiter believes it holds a quorum that it no
+// longer has and a second client gets the lock too.
+func TestFairAttemptIDs(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	const w = "fair-waiter"
+	hook := &slowReply{owner: w, delay: 500 * time.Millisecond}
+	var clients []*goredis.Client
+	for i, a := range g.Addrs() {
+		c := goredis.NewClient(&goredis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1})
+		if i == 2 {
+			c.AddHook(hook)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	b, err := redlock.New(clients, redlock.NodeTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	// Another owner holds every master but 2.
+	for _, i := range []int{0, 1, 3, 4} {
+		plantHold(t, g.Node(i), "fa", "other")
+	}
+	req := dlock.Request{Name: "fa", Owner: w, TTL: time.Minute, Fair: true, Wait: true}
+	_, wt, err := b.Acquire(ctx, req)
+	if !errors.Is(err, dlock.ErrNotAcquired) || wt == nil {
+		t.Fatalf("first attempt: %v (waiter %v), want ErrNotAcquired and a waiter", err, wt)
+	}
+	// Master 2 granted the first attempt; its answer is on its way back.
+	// The other owner's holds on masters 0 and 1 end.
+	for _, i := range []int{0, 1} {
+		if _, err := g.Node(i).Do(ctx, "DEL", "dlock:{fa}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gr, err := wt.Acquire(ctx)
+	granted := err == nil
+	if !granted {
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("second attempt: %v", err)
+		}
+		// The waiter gives up and leaves the queue.
+		if err := wt.Cancel(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first attempt's late answer has come and been dealt with.
+	time.Sleep(hook.delay + 300*time.Millisecond)
+	if granted {
+		// A granted lease must be held on a quorum: otherwise another
+		// client can get one too.
+		n := 0
+		for _, m := range g.Nodes() {
+			if holder(t, m, "fa") == w {
+				n++
+			}
+		}
+		if n < b.Quorum() {
+			t.Fatalf("the waiter's second attempt was granted (token %d), but after the first attempt's late grant was given back only %d masters hold it", gr.Token, n)
+		}
+		return
+	}
+	// The other owner's holds end: the lock is free for a second client.
+	for _, i := range []int{3, 4} {
+		if _, err := g.Node(i).Do(ctx, "DEL", "dlock:{fa}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err = b.Acquire(ctx, dlock.Request{Name: "fa", Owner: "second", TTL: time.Minute}); err != nil {
+		t.Fatalf("the lock is stuck after the waiter's attempts failed: %v", err)
+	}
+}
+
+// TestLostRenewalReleases: a renewal that reaches only a minority loses
+// the lease, and what is left of the hold on that minority is released at
+// once rather than holding those masters until the TTL.
+func TestLostRenewalReleases(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	c, err := dlock.New(open(t, g, "node_timeout=250ms"), dlock.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l, err := c.Mutex("lost").Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // every master has the grant
+	kill(t, g, 0, 1, 2)
+	if err := l.Extend(ctxT(t, 5*time.Second), time.Minute); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Extend with 3 of 5 masters down: %v, want ErrLeaseLost", err)
+	}
+	for _, i := range []int{3, 4} {
+		freed(t, g.Node(i), "lost", 2*time.Second)
+	}
+	if err := l.Unlock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Unlock of the lost lease: %v, want ErrLeaseLost", err)
+	}
+}
