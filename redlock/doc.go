@@ -70,7 +70,11 @@
 // token when it leaves the lock free there (a failed attempt's give-back:
 // to the highest token it proposed), so an acquisition or renewal of that
 // hold that reaches the master after its release is refused; one that
-// reaches it before is undone by the release.
+// reaches it before is undone by the release. The limit: a master paused
+// for longer than the TTL that, on resuming, executes an acquisition
+// queued before the pause, after the retries gave up, holds that lock until
+// its TTL (only that master, so it keeps nobody out while a quorum of the
+// others is free; exclusion and tokens are not affected).
 //
 // Reentrancy is by explicit owner, with the count kept on each master. A
 // waiting Lock subscribes to the lock's channel on every master and
