@@ -70,19 +70,31 @@
 // token when it leaves the lock free there (a failed attempt's give-back:
 // to the highest token it proposed), so an acquisition or renewal of that
 // hold that reaches the master after its release is refused; one that
-// reaches it before is undone by the release.
+// reaches it before is undone by the release. The limit: a master paused
+// for longer than the TTL that, on resuming, executes an acquisition
+// queued before the pause, after the retries gave up, holds that lock until
+// its TTL (only that master, so it keeps nobody out while a quorum of the
+// others is free; exclusion and tokens are not affected).
 //
-// Reentrancy is by explicit
-// owner, with the count kept on each master. A waiting Lock subscribes to
-// the lock's channel on every master and retries on a release notice from
-// any of them, at the latest when the holder's shortest remaining lease
-// ends (and at least every second), and after a short random pause when
-// contenders split the masters between them (nobody got a quorum, and all
-// gave back). Fair waiters queue on every master by a ticket (their
-// arrival time by their own clock), so the masters agree on the order
-// and the globally first waiter is the head wherever it is queued; a free
-// lock with a queue goes to its head only. Fairness across processes thus
-// follows their clocks; exclusion and tokens do not.
+// Reentrancy is by explicit owner, with the count kept on each master. A
+// waiting Lock subscribes to the lock's channel on every master and
+// retries once release notices show enough free masters for a quorum
+// (counting those that were free at its last attempt), at the latest when the
+// holder's shortest remaining lease ends (and at least every second), and
+// after a short random pause when contenders split the masters between
+// them (nobody got a quorum, and all gave back; under 0.3ms for a
+// contender that got all but one of a quorum, 1-15ms for the others). Fair waiters queue on
+// every master by a ticket (their arrival time by their own clock), so the
+// masters agree on the order and the globally first waiter is the head
+// wherever it is queued; a free lock with a queue goes to its head only,
+// and the release notice names that head, so that only it tries (the
+// others keep their place with an attempt at least every second).
+// Fairness across processes thus follows their clocks; exclusion and
+// tokens do not.
+//
+// The calls to each master go through a few worker goroutines of its own,
+// which send all the calls waiting for that master as one pipeline: under
+// load one write and one read carry many lock operations.
 //
 // Each master holds, per lock, the hash PREFIX:{NAME} with the holder, its
 // reentry count, its acquisition id, the end of its lease by that master's

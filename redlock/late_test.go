@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testserver"
+	"github.com/dlock-dev/dlock/redlock"
 )
 
 // holder returns the owner of lock name on master n ("" when free).
@@ -116,5 +117,39 @@ func TestReleaseBeforeLateGrant(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCloseWithRetriesPending: releases that could not reach a paused
+// master are being retried when the backend is closed; Close stops the
+// retries and returns within about a node timeout, leaving no goroutine
+// behind (TestMain checks with goleak).
+func TestCloseWithRetriesPending(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	b, err := redlock.OpenURL(context.Background(), masterURL(g, "node_timeout=250ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := dlock.Request{Name: "close", Owner: "o", TTL: time.Minute}
+	if err := g.Node(4).Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Node(4).Resume()
+	for range 3 {
+		gr, _, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatalf("Acquire with one master paused: %v", err)
+		}
+		if err := b.Release(ctx, dlock.Hold{Name: "close", Owner: "o", Token: gr.Token, Handle: gr.Handle}); err != nil {
+			t.Fatalf("Release with one master paused: %v", err)
+		}
+	}
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("Close took %v with give-backs pending on a paused master", el)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -30,8 +31,10 @@ type Backend struct {
 	bg        sync.WaitGroup // per-node calls that outlive the operation that started them
 	closeOnce sync.Once
 	closed    atomic.Bool
-	quit      chan struct{} // closed by Close: stops the give-back retries
-	retries   []retryQueue  // per master: give-backs that failed and are retried
+	stop      chan struct{}  // closed by Close: stops the give-back retries
+	retries   []retryQueue   // per master: give-backs that failed and are retried
+	conduits  []conduit      // per master: the calls to it
+	workers   sync.WaitGroup // goroutines sending queued calls
 }
 
 var _ dlock.Backend = (*Backend)(nil)
@@ -59,11 +62,12 @@ func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
 	if len(cfg.errs) > 0 {
 		return nil, fmt.Errorf("%w: redlock: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
 	}
-	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, quit: make(chan struct{}), retries: make([]retryQueue, len(clients))}
+	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, stop: make(chan struct{}), retries: make([]retryQueue, len(clients))}
 	for _, c := range clients {
 		b.addrs = append(b.addrs, c.Options().Addr)
 	}
 	b.desc = "redlock " + strings.Join(b.addrs, ",")
+	b.startConduits()
 	return b, nil
 }
 
@@ -81,8 +85,9 @@ func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		close(b.quit)
+		close(b.stop)
 		b.bg.Wait()
+		b.workers.Wait()
 		if b.owned {
 			for _, c := range b.nodes {
 				if cerr := c.Close(); cerr != nil && err == nil {
@@ -138,7 +143,9 @@ type nodeRes struct {
 	round int
 }
 
-func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, qid, mode string, ticket int64, proposal uint64) nodeRes {
+// tryNode runs the acquire script with keys and args (the same for every
+// master) on master i.
+func (b *Backend) tryNode(ctx context.Context, i int, keys []string, args []any) nodeRes {
 	r := nodeRes{i: i, kind: kindError}
 	if b.closed.Load() {
 		r.err = dlock.ErrClosed
@@ -146,7 +153,7 @@ func (b *Backend) tryNode(ctx context.Context, i int, req dlock.Request, gid, qi
 	}
 	ctx, cancel := b.nodeCtx(ctx)
 	defer cancel()
-	v, err := acquireScript.Run(ctx, b.nodes[i], b.keys(req.Name), req.Owner, req.TTL.Milliseconds(), gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, qid).Slice()
+	v, err := b.run(ctx, i, acquireScript, keys, args...).Slice()
 	if err != nil {
 		r.err = err
 		return r
@@ -314,7 +321,7 @@ func (a *attempt) releasedOn(i int, freed bool) {
 func (b *Backend) fenceNode(ctx context.Context, i int, name, owner, gid, qid string, token uint64) error {
 	ctx, cancel := b.nodeCtx(ctx)
 	defer cancel()
-	v, err := fenceScript.Run(ctx, b.nodes[i], b.keys(name), owner, gid, token, qid).Int64()
+	v, err := b.run(ctx, i, fenceScript, b.keys(name), owner, gid, token, qid).Int64()
 	if err != nil {
 		return err
 	}
@@ -333,14 +340,29 @@ type giveBack struct {
 	qid         string // the fair waiter to take out of the queue, if any
 	floor       string // the master's fence is raised to this when the lock is free there
 	until       time.Time
+
+	keys []string // of the release script, made by prepare
+	args []any
+}
+
+// prepare makes gb's script keys and arguments, the same for every master.
+func (b *Backend) prepare(gb *giveBack) {
+	gb.keys = b.keys(gb.name)
+	gb.args = []any{gb.owner, gb.token, gb.gid, b.channel(gb.name), gb.qid, gb.floor}
 }
 
 // releaseNode gives up one hold on master i. It reports whether the master
 // released.
 func (b *Backend) releaseNode(ctx context.Context, i int, gb giveBack) (bool, error) {
-	ctx, cancel := b.nodeCtx(ctx)
-	defer cancel()
-	v, err := releaseScript.Run(ctx, b.nodes[i], b.keys(gb.name), gb.owner, gb.token, gb.gid, b.channel(gb.name), gb.qid, gb.floor).Slice()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = b.nodeCtx(ctx)
+		defer cancel()
+	}
+	if gb.keys == nil {
+		b.prepare(&gb)
+	}
+	v, err := b.run(ctx, i, releaseScript, gb.keys, gb.args...).Slice()
 	if err != nil {
 		return false, err
 	}
@@ -401,7 +423,7 @@ func (b *Backend) retryLoop(i int) {
 	for {
 		select {
 		case <-t.C:
-		case <-b.quit:
+		case <-b.stop:
 			q.mu.Lock()
 			q.items, q.running = nil, false
 			q.mu.Unlock()
@@ -460,8 +482,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 		}
 		return dlock.Grant{}, nil, err
 	}
-	w := b.newWaiter(req, qid, mode, ticket)
-	w.res = res
+	w := b.newWaiter(req, qid, mode, ticket, res)
 	return dlock.Grant{}, w, err
 }
 
@@ -480,7 +501,7 @@ const waiterTimeout = 5 * time.Second
 func (b *Backend) cancel(ctx context.Context, name, qid string) error {
 	keys, ch := b.keys(name), b.channel(name)
 	_, _, failed := b.fanOut(ctx, len(b.nodes)+1, false, func(ctx context.Context, i int) (bool, error) {
-		return true, cancelScript.Run(ctx, b.nodes[i], keys, qid, ch).Err()
+		return true, b.run(ctx, i, cancelScript, keys, qid, ch).Err()
 	})
 	if len(failed) > 0 {
 		return b.quorumError("cancel", len(b.nodes)-len(failed), failed)
@@ -492,6 +513,7 @@ func (b *Backend) cancel(ctx context.Context, name, qid string) error {
 type attemptResult struct {
 	held  []nodeRes
 	split bool // no owner held a quorum: contenders collided
+	near  bool // in a split, this attempt got all but one of a quorum
 }
 
 func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode string, ticket int64) (dlock.Grant, attemptResult, error) {
@@ -513,16 +535,18 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	var granted, held, failed, stale []nodeRes
 	var ctxErr error
 	var quorum bool
+	var nNew int
+	keys := b.keys(req.Name)
 	for round := 0; ; round++ {
-		p := proposal
 		a.mu.Lock()
-		a.maxP = max(a.maxP, p)
+		a.maxP = max(a.maxP, proposal)
 		a.mu.Unlock()
+		args := []any{req.Owner, req.TTL.Milliseconds(), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
 		for i := range n {
 			b.bg.Add(1)
 			go func() {
 				defer b.bg.Done()
-				r := b.tryNode(nctx, i, req, a.gid, a.qid, mode, ticket, p)
+				r := b.tryNode(nctx, i, keys, args)
 				r.round = round
 				a.mu.Lock()
 				if a.state == statePending {
@@ -538,7 +562,8 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 			}()
 		}
 		granted, held, failed, stale = nil, nil, nil, nil
-		got, nNew, nReent := 0, 0, 0
+		got, nReent := 0, 0
+		nNew = 0
 		// A grant needs a quorum of new grants, or of reentries of the
 		// owner's hold; a mix of the two is the owner's other hold on a
 		// minority (see complete).
@@ -617,7 +642,9 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		}()
 	}
 	wg.Wait()
-	return dlock.Grant{}, splitInfo(held, b.quorum), err
+	res := splitInfo(held, b.quorum)
+	res.near = res.split && nNew >= b.quorum-1
+	return dlock.Grant{}, res, err
 }
 
 // maxRounds bounds the rounds of one attempt whose proposed token was too
@@ -875,7 +902,7 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 	}
 	nctx := context.WithoutCancel(ctx)
 	ok, no, failed := b.fanOut(nctx, b.quorum, true, func(ctx context.Context, i int) (bool, error) {
-		v, err := renewScript.Run(ctx, b.nodes[i], []string{key}, h.Owner, tok, ttl.Milliseconds(), gid).Int64()
+		v, err := b.run(ctx, i, renewScript, []string{key}, h.Owner, tok, ttl.Milliseconds(), gid).Int64()
 		return v == 1, err
 	})
 	if ok < b.quorum {
@@ -900,26 +927,33 @@ func (b *Backend) releaseLost(h dlock.Hold) {
 	if hd, _ := h.Handle.(*handle); hd != nil && !hd.a.releasing() {
 		return
 	}
+	gb := b.holdRelease(h)
 	for i := range b.nodes {
 		b.bg.Add(1)
 		go func() {
 			defer b.bg.Done()
-			b.releaseOn(i, h)
+			b.releaseOn(context.Background(), i, h, gb)
 		}()
 	}
 }
 
-// releaseOn releases hold h on master i (retrying in the background when
-// the master cannot be reached) and records the answer for the attempt's
-// late grants.
-func (b *Backend) releaseOn(i int, h dlock.Hold) (bool, error) {
+// holdRelease is the release of hold h on each master.
+func (b *Backend) holdRelease(h dlock.Hold) giveBack {
 	gb := giveBack{name: h.Name, owner: h.Owner, token: strconv.FormatUint(h.Token, 10),
 		floor: strconv.FormatUint(h.Token+1, 10), until: time.Now().Add(b.maxTTL(h) + b.cfg.nodeTimeout)}
-	hd, _ := h.Handle.(*handle)
-	if hd != nil {
+	if hd, _ := h.Handle.(*handle); hd != nil {
 		gb.gid, gb.qid = hd.gid, hd.a.qid
 	}
-	ok, err := b.releaseNode(context.Background(), i, gb)
+	b.prepare(&gb)
+	return gb
+}
+
+// releaseOn releases hold h on master i with gb (see holdRelease),
+// retrying in the background when the master cannot be reached, and
+// records the answer for the attempt's late grants.
+func (b *Backend) releaseOn(ctx context.Context, i int, h dlock.Hold, gb giveBack) (bool, error) {
+	hd, _ := h.Handle.(*handle)
+	ok, err := b.releaseNode(ctx, i, gb)
 	if err != nil {
 		b.retry(i, gb)
 	}
@@ -953,8 +987,9 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	if hd, _ := h.Handle.(*handle); hd != nil && !hd.a.releasing() {
 		return fmt.Errorf("%w: released already", dlock.ErrLeaseLost)
 	}
-	ok, no, failed := b.fanOut(context.Background(), b.quorum, false, func(_ context.Context, i int) (bool, error) {
-		return b.releaseOn(i, h)
+	gb := b.holdRelease(h)
+	ok, no, failed := b.fanOut(context.Background(), b.quorum, false, func(ctx context.Context, i int) (bool, error) {
+		return b.releaseOn(ctx, i, h, gb)
 	})
 	switch {
 	case ok >= b.quorum:
@@ -988,15 +1023,45 @@ type waiter struct {
 	first  bool
 	res    attemptResult
 	once   sync.Once
+
+	mu      sync.Mutex
+	noticed uint64 // masters that sent a release notice since the last attempt
+	free    int    // masters that no other owner held at the last attempt
+}
+
+// notice records a release notice from master i and wakes the waiter
+// once enough masters are free for a quorum: a first notice while most
+// masters are still being released would only make an attempt that fails.
+func (w *waiter) notice(i int) {
+	w.mu.Lock()
+	w.noticed |= 1 << (i % 64) // (beyond 64 masters, notices wake early)
+	ready := bits.OnesCount64(w.noticed)+w.free >= w.b.quorum || i >= 64
+	w.mu.Unlock()
+	if ready {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// attempted resets the notices for the next attempt, whose result says
+// how many masters were free.
+func (w *waiter) attempted(res attemptResult) {
+	w.mu.Lock()
+	w.res = res
+	w.free = len(w.b.nodes) - len(res.held)
+	w.mu.Unlock()
 }
 
 // maxWait bounds one wait without a notice.
 const maxWait = time.Second
 
-func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64) *waiter {
+func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64, res attemptResult) *waiter {
 	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), stop: make(chan struct{}), first: true}
+	w.attempted(res)
 	ch := b.channel(req.Name)
-	for _, c := range b.nodes {
+	for i, c := range b.nodes {
 		ctx, cancel := b.nodeCtx(context.Background())
 		ps := c.Subscribe(ctx, ch)
 		cancel()
@@ -1007,14 +1072,16 @@ func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64) *
 			defer w.fwd.Done()
 			for {
 				select {
-				case _, ok := <-msgs:
+				case m, ok := <-msgs:
 					if !ok {
 						return
 					}
-					select {
-					case w.wake <- struct{}{}:
-					default:
+					if m.Payload != "" && m.Payload != w.qid {
+						// The lock went to the head of the fair queue,
+						// which is another waiter.
+						continue
 					}
+					w.notice(i)
 				case <-w.stop:
 					// Read on until go-redis closes the channel (after
 					// PubSub.Close), so that its goroutine never blocks
@@ -1048,8 +1115,14 @@ func (w *waiter) Wait(ctx context.Context) error {
 	if w.res.split {
 		// Contenders split the masters: everyone gave back, so wait a
 		// random moment (the Redlock retry delay) instead of all retrying
-		// on the same notice.
-		t := time.NewTimer(time.Duration(1+rand.IntN(15)) * time.Millisecond)
+		// on the same notice. A contender that came within one master of
+		// a quorum waits least, so that it usually gets it the next time
+		// instead of all colliding again.
+		d := time.Duration(1+rand.IntN(15)) * time.Millisecond
+		if w.res.near {
+			d = time.Duration(rand.IntN(300)) * time.Microsecond
+		}
+		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -1084,12 +1157,19 @@ func (w *waiter) Wait(ctx context.Context) error {
 
 // Acquire makes the next attempt.
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	w.mu.Lock()
+	w.noticed = 0
+	w.mu.Unlock()
+	select {
+	case <-w.wake:
+	default:
+	}
 	g, res, err := w.b.attempt(ctx, w.req, w.qid, w.mode, w.ticket)
 	if err == nil {
 		w.close()
 		return g, nil
 	}
-	w.res = res
+	w.attempted(res)
 	return g, err
 }
 

@@ -1,7 +1,5 @@
 package redlock
 
-import goredis "github.com/redis/go-redis/v9"
-
 // The scripts run on each master on its own. A lock is one hash per master,
 // PREFIX:{NAME}, that is never deleted:
 //
@@ -35,7 +33,7 @@ import goredis "github.com/redis/go-redis/v9"
 // only. Waiters whose deadline passed are dropped first. A fair waiter keeps
 // its id over its attempts, while each attempt has an acquisition id of its
 // own: the release of one attempt's grants must never match another's.
-var acquireScript = goredis.NewScript(`
+var acquireScript = newScript(`
 local h, q, qd = KEYS[1], KEYS[2], KEYS[3]
 local owner, ttl, gid, mode, qid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[8]
 local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f')
@@ -96,7 +94,7 @@ return {1, ARGV[7], 1, gid}
 //
 // Replies 1 if the master still holds the grant (its fence is then at
 // least the token), else 0. The grant's waiter leaves the fair queue.
-var fenceScript = goredis.NewScript(`
+var fenceScript = newScript(`
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('ZREM', KEYS[3], ARGV[4])
@@ -123,7 +121,7 @@ return 0
 //	ARGV: owner, token, ttl ms, acquisition id
 //
 // Replies 1, or 0 when the master does not hold it.
-var renewScript = goredis.NewScript(`
+var renewScript = newScript(`
 local cur = redis.call('HMGET', KEYS[1], 'o', 'f', 'x')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -147,14 +145,17 @@ return 0
 //	ARGV: owner, token ("" for none), acquisition id, channel, fair waiter id ("" for none), floor ("" for none)
 //
 // Replies {1, count left}, or {0} when the master does not hold it. The
-// fair waiter, if any, leaves the queue. When the lock is free on the
+// fair waiter, if any, leaves the queue. The notice of a lock that freed
+// names the head of the fair queue (after dropping waiters whose deadline
+// passed), or is empty when there is no queue: only that waiter needs to
+// try. When the lock is free on the
 // master afterwards (released, or not held at all), its fence is raised
 // to at least the floor: the release of a hold with token T raises it to
 // T+1, and the giving back of a failed attempt to its highest proposed
 // token. So an acquisition or renewal of that hold still on its way to
 // the master (it was paused, or the link was slow) is refused when it
 // arrives after the release, instead of making a hold nobody releases.
-var releaseScript = goredis.NewScript(`
+var releaseScript = newScript(`
 local h = KEYS[1]
 if ARGV[5] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[5])
@@ -180,18 +181,27 @@ redis.call('HDEL', h, 'o', 'n', 'g', 'x')
 if floor and (tonumber(cur[5]) or 0) < floor then
   redis.call('HSET', h, 'f', ARGV[6])
 end
-redis.call('PUBLISH', ARGV[4], '')
+local head = ''
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
+  for _, id in ipairs(dead) do
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('ZREM', KEYS[3], id)
+  end
+  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1] or ''
+end
+redis.call('PUBLISH', ARGV[4], head)
 return {1, 0}
 `)
 
 // cancelScript withdraws a fair waiter from one master's queue and, if the
-// lock is free and the waiter was the head, tells the others.
+// lock is free and the waiter was the head, tells the new head.
 //
 //	KEYS: lock hash, queue, deadlines
 //	ARGV: waiter id, channel
 //
 // Replies 1 if it was queued, else 0.
-var cancelScript = goredis.NewScript(`
+var cancelScript = newScript(`
 local cur = redis.call('HMGET', KEYS[1], 'o', 'x')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -199,7 +209,7 @@ local wasHead = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1]
 redis.call('ZREM', KEYS[3], ARGV[1])
 local r = redis.call('ZREM', KEYS[2], ARGV[1])
 if wasHead and (not cur[1] or (tonumber(cur[2]) or 0) <= now) then
-  redis.call('PUBLISH', ARGV[2], '')
+  redis.call('PUBLISH', ARGV[2], redis.call('ZRANGE', KEYS[2], 0, 0)[1] or '')
 end
 return r
 `)

@@ -1,0 +1,154 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// conduit carries the scripts for one master. Up to maxInflight calls go
+// to the master at once, each straight from its caller; calls made while
+// that many are in flight queue up, and the first caller to get its answer
+// sends everything queued as one pipeline (from a goroutine of its own, so
+// that it returns at once), and so on until the queue is empty. Under load
+// — many locks at once — one write and one read carry many calls, on the
+// client and on the master; an idle master costs no extra goroutine or
+// hand-off.
+type conduit struct {
+	c        *goredis.Client
+	mu       sync.Mutex
+	inflight int
+	queue    []*call
+}
+
+// call is one script call to one master.
+type call struct {
+	s    *goredis.Script
+	keys []string
+	args []any
+	cmd  *goredis.Cmd
+	done chan struct{} // closed when cmd has its answer (queued calls only)
+}
+
+const (
+	maxInflight = 4   // calls or pipelines in flight per master
+	maxBatch    = 128 // calls per pipeline
+)
+
+func (b *Backend) startConduits() {
+	b.conduits = make([]conduit, len(b.nodes))
+	for i, c := range b.nodes {
+		b.conduits[i].c = c
+	}
+}
+
+// run calls script s on master i and waits for the answer or for ctx. A
+// call given up on may still be executed by the master, as a call that
+// timed out may.
+func (b *Backend) run(ctx context.Context, i int, s *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+	cd := &b.conduits[i]
+	c := &call{s: s, keys: keys, args: args}
+	cd.mu.Lock()
+	if cd.inflight < maxInflight {
+		cd.inflight++
+		cd.mu.Unlock()
+		b.send(ctx, cd.c, []*call{c})
+		b.serve(cd)
+		return c.cmd
+	}
+	c.done = make(chan struct{})
+	cd.queue = append(cd.queue, c)
+	cd.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.cmd
+	case <-ctx.Done():
+		cmd := goredis.NewCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+}
+
+// serve gives up the caller's place among the calls in flight, or, if
+// calls queued meanwhile, keeps it for a goroutine that sends them.
+func (b *Backend) serve(cd *conduit) {
+	batch := cd.take()
+	if batch == nil {
+		return
+	}
+	b.workers.Add(1)
+	go func() {
+		defer b.workers.Done()
+		for batch != nil {
+			ctx, cancel := b.nodeCtx(context.Background())
+			b.send(ctx, cd.c, batch)
+			cancel()
+			for _, c := range batch {
+				close(c.done)
+			}
+			batch = cd.take()
+		}
+	}()
+}
+
+// take returns the next batch of queued calls, or nil (and one call fewer
+// in flight) when none are queued.
+func (cd *conduit) take() []*call {
+	cd.mu.Lock()
+	defer cd.mu.Unlock()
+	if len(cd.queue) == 0 {
+		cd.inflight--
+		return nil
+	}
+	n := min(len(cd.queue), maxBatch)
+	batch := cd.queue[:n:n]
+	cd.queue = cd.queue[n:]
+	if len(cd.queue) == 0 {
+		cd.queue = nil
+	}
+	return batch
+}
+
+// send runs batch on master c, one call alone or several as a pipeline,
+// bounded by ctx, which every caller bounds by the node timeout (a script
+// the master does not know yet goes again as EVAL).
+func (b *Backend) send(ctx context.Context, c *goredis.Client, batch []*call) {
+	if len(batch) == 1 {
+		cl := batch[0]
+		cl.cmd = c.EvalSha(ctx, cl.s.Hash(), cl.keys, cl.args...)
+		if err := cl.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			cl.cmd = c.Eval(ctx, scriptSource[cl.s], cl.keys, cl.args...)
+		}
+		return
+	}
+	pipe := c.Pipeline()
+	for _, cl := range batch {
+		cl.cmd = pipe.EvalSha(ctx, cl.s.Hash(), cl.keys, cl.args...)
+	}
+	pipe.Exec(ctx)
+	var again []*call
+	for _, cl := range batch {
+		if err := cl.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, cl)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	pipe = c.Pipeline()
+	for _, cl := range again {
+		cl.cmd = pipe.Eval(ctx, scriptSource[cl.s], cl.keys, cl.args...)
+	}
+	pipe.Exec(ctx)
+}
+
+// scriptSource maps each script to its source, for EVAL when a master does
+// not have it yet.
+var scriptSource = map[*goredis.Script]string{}
+
+func newScript(src string) *goredis.Script {
+	s := goredis.NewScript(src)
+	scriptSource[s] = src
+	return s
+}
