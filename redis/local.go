@@ -1,0 +1,75 @@
+package redis
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// procTag starts every request id made by this process: 16 random hex
+// digits. The release script does not publish a queue head that carries
+// the releaser's tag; the releasing process wakes that waiter itself
+// (fairWaiters), without a round trip through the server's pub/sub.
+var procTag = func() string {
+	const hex = "0123456789abcdef"
+	var buf [16]byte
+	a := rand.Uint64()
+	for i := range buf {
+		buf[i] = hex[a>>(60-4*i)&15]
+	}
+	return string(buf[:])
+}()
+
+var lastID atomic.Uint64
+
+// newID returns a request id, unique among the processes that share a
+// server: the process's tag and a counter.
+func newID() string {
+	return procTag + strconv.FormatUint(lastID.Add(1), 16)
+}
+
+// fairWaiters are the waiting fair acquisitions of this process, of every
+// Backend, by request id. A fair waiter is in it from before its first
+// attempt (which may queue it) until it is granted or withdrawn.
+var fairWaiters = waiterSet{m: make(map[string]*waiter)}
+
+type waiterSet struct {
+	mu sync.Mutex
+	m  map[string]*waiter
+}
+
+func (s *waiterSet) add(w *waiter) {
+	s.mu.Lock()
+	s.m[w.rid] = w
+	s.mu.Unlock()
+}
+
+func (s *waiterSet) remove(w *waiter) {
+	s.mu.Lock()
+	delete(s.m, w.rid)
+	s.mu.Unlock()
+}
+
+// wake wakes the waiter with request id rid, if it is still waiting.
+func (s *waiterSet) wake(rid string) {
+	s.mu.Lock()
+	w := s.m[rid]
+	s.mu.Unlock()
+	if w != nil {
+		w.signal()
+	}
+}
+
+// wakeLock wakes every waiter of the lock whose hash is lock: after a
+// release whose outcome is unknown, they try again rather than wait for a
+// notice that may never come.
+func (s *waiterSet) wakeLock(lock string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.m {
+		if w.k.lock == lock {
+			w.signal()
+		}
+	}
+}
