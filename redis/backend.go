@@ -28,7 +28,8 @@ type Backend struct {
 	mux     *mux
 	batch   *batcher
 	keys    keyCache
-	wtArg   any // the waiter timeout in ms, as a script argument
+	wtArg   any                    // the waiter timeout in ms, as a script argument
+	ttlArg  atomic.Pointer[ttlArg] // the last TTL acquired with, as a script argument
 
 	bg        sync.WaitGroup // clean-up running on its own
 	checkMu   sync.Mutex
@@ -231,7 +232,7 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	default:
 		mode = modeTry
 	}
-	v, acked, err := b.run(ctx, acquireScript, k.all[:], w.req.Owner, millis(w.req.TTL), w.rid, mode, b.wtArg)
+	v, acked, err := b.run(ctx, acquireScript, k.all[:], w.req.Owner, b.ttlMillis(w.req.TTL), w.rid, mode, b.wtArg)
 	if err != nil {
 		w.uncertain = uncertain(err)
 		return dlock.Grant{}, b.fail(k, err)
@@ -274,6 +275,23 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	return dlock.Grant{}, &dlock.HeldError{Holder: dlock.Holder{Owner: owner, Token: tok, TTL: ttl}}
 }
 
+// ttlArg is a TTL and its whole milliseconds as a script argument.
+type ttlArg struct {
+	ttl time.Duration
+	ms  any
+}
+
+// ttlMillis returns ttl in whole milliseconds as a script argument; a
+// Backend's locks mostly share one TTL, whose argument is kept.
+func (b *Backend) ttlMillis(ttl time.Duration) any {
+	if a := b.ttlArg.Load(); a != nil && a.ttl == ttl {
+		return a.ms
+	}
+	a := &ttlArg{ttl: ttl, ms: millis(ttl)}
+	b.ttlArg.Store(a)
+	return a.ms
+}
+
 // giveBack releases a grant the caller will not use.
 func (b *Backend) giveBack(ctx context.Context, k *keys, owner string, tok uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -292,9 +310,9 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 	var v any
 	var err error
 	if replicas {
-		v, _, err = b.run(ctx, releaseScript, k.all[:], owner, strconv.FormatUint(tok, 10), procTag)
+		v, _, err = b.run(ctx, releaseScript, k.all[:], owner, strconv.FormatUint(tok, 10), procTagArg)
 	} else {
-		v, err = b.runScript(ctx, releaseScript, k.all[:], owner, strconv.FormatUint(tok, 10), procTag)
+		v, err = b.runScript(ctx, releaseScript, k.all[:], owner, strconv.FormatUint(tok, 10), procTagArg)
 	}
 	if err != nil {
 		if uncertain(err) {

@@ -21,12 +21,17 @@ var procTag = func() string {
 	return string(buf[:])
 }()
 
+// procTagArg is procTag as a script argument.
+var procTagArg any = procTag
+
 var lastID atomic.Uint64
 
 // newID returns a request id, unique among the processes that share a
 // server: the process's tag and a counter.
 func newID() string {
-	return procTag + strconv.FormatUint(lastID.Add(1), 16)
+	var buf [32]byte
+	b := strconv.AppendUint(append(buf[:0], procTag...), lastID.Add(1), 16)
+	return string(b) // one allocation
 }
 
 // fairWaiters are the waiting fair acquisitions of this process, of every
