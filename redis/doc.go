@@ -28,18 +28,18 @@
 // greater than every earlier token of the lock name.
 //
 // A Lock that finds the lock held waits for a notice instead of polling:
-// a release publishes on the lock's channel when someone may be waiting
-// (a failed attempt of a waiting Lock leaves a mark in the hash that lasts
+// a release publishes on the lock's channel when someone may be waiting (a
+// failed attempt of a waiting Lock leaves a mark in the hash that lasts
 // past that waiter's next attempt; a release with nobody waiting publishes
-// nothing), and each Backend keeps one
-// pub/sub connection for all its waiters, with one subscription per lock
-// waited on. A waiter's attempts are made while its subscription is
-// confirmed, so a release cannot slip in between an attempt and the wait
-// that follows it. A release wakes one waiter per process (in a fair queue,
-// exactly the head of the queue; when the head waits in the releasing
-// process, that process wakes it directly and nothing is published). Because an expiry publishes nothing,
-// every wait is bounded by the holder's remaining lease as the last attempt
-// saw it.
+// nothing), and each Backend keeps one pub/sub connection for all its
+// waiters, with one subscription per lock waited on. A waiter's attempts
+// are made while its subscription is confirmed, so a release cannot slip in
+// between an attempt and the wait that follows it. A release wakes one
+// waiter per process (in a fair queue, exactly the head of the queue; when
+// the head waits in the releasing process, that process wakes it directly
+// and nothing is published). Because an expiry publishes nothing, every
+// wait is bounded by the holder's remaining lease as the last attempt saw
+// it.
 //
 // With dlock.Fair the script keeps a FIFO queue on the server; the lock
 // goes to the queue's head only. Each queued waiter has a deadline (see
