@@ -12,8 +12,10 @@ import (
 )
 
 // BenchmarkServerCost measures what the uncontended acquire and release
-// scripts cost the server: the CPU time Redis reports for them (INFO
-// commandstats, usec_per_call of EVALSHA), per call. Each of b.N names is
+// scripts cost the server: the time Redis reports spending in them (INFO
+// commandstats, usec_per_call of EVALSHA), per call. It is elapsed time, so
+// on a loaded machine it includes the server's waits for a CPU: compare
+// with the figures for bsm/redislock's scripts from the same run. Each of b.N names is
 // acquired once beforehand, so the lock's data exists (as for a lock in
 // use); then all b.N are acquired, then all released, each phase with the
 // server's statistics reset.
