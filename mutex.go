@@ -127,6 +127,9 @@ wait:
 		}
 		sent = clk.Now()
 		g, err = w.Acquire(ctx)
+		if err == nil && g.Age > 0 {
+			sent = sent.Add(-g.Age)
+		}
 	}
 	if err != nil {
 		if w != nil {

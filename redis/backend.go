@@ -307,12 +307,24 @@ func (b *Backend) giveBack(ctx context.Context, k *keys, owner string, tok uint6
 // With WaitReplicas, replicas says whether to send WAIT along (as a
 // release by the lease holder does; the acknowledgement is not awaited).
 func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64, replicas bool) (any, error) {
+	args := []any{owner, strconv.FormatUint(tok, 10), procTagArg}
+	// The first fair waiter of this process on the lock is offered the
+	// lock, in case it heads the queue. Not with WaitReplicas: a grant must
+	// be acknowledged by the replicas before it counts, and the waiter
+	// could not tell.
+	var cand *waiter
+	if b.cfg.replicas == 0 {
+		if cand = fairWaiters.first(k.lock); cand != nil {
+			args = append(args, cand.rid, cand.req.Owner, b.ttlMillis(cand.req.TTL))
+		}
+	}
+	sent := time.Now()
 	var v any
 	var err error
 	if replicas {
-		v, _, err = b.run(ctx, releaseScript, k.all[:], owner, strconv.FormatUint(tok, 10), procTagArg)
+		v, _, err = b.run(ctx, releaseScript, k.all[:], args...)
 	} else {
-		v, err = b.runScript(ctx, releaseScript, k.all[:], owner, strconv.FormatUint(tok, 10), procTagArg)
+		v, err = b.runScript(ctx, releaseScript, k.all[:], args...)
 	}
 	if err != nil {
 		if uncertain(err) {
@@ -320,8 +332,15 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 		}
 		return nil, err
 	}
-	if r, _ := v.([]any); len(r) >= 3 && toInt(r[0]) == 1 {
-		if head := toStr(r[2]); strings.HasPrefix(head, procTag) {
+	if r, _ := v.([]any); len(r) >= 4 && toInt(r[0]) == 1 {
+		head := toStr(r[2])
+		if t := toStr(r[3]); t != "" && cand != nil && head == cand.rid {
+			if n, perr := strconv.ParseUint(t, 10, 64); perr == nil {
+				fairWaiters.handOff(cand, &handoff{token: n, sent: sent})
+				return v, nil
+			}
+		}
+		if strings.HasPrefix(head, procTag) {
 			fairWaiters.wake(head)
 		}
 	}

@@ -42,7 +42,11 @@
 // it.
 //
 // With dlock.Fair the script keeps a FIFO queue on the server; the lock
-// goes to the queue's head only. Each queued waiter has a deadline (see
+// goes to the queue's head only. When the head waits in the releasing
+// process, the release script hands the lock to it directly (a new grant
+// with a new token, made by the waiter's request id), so a hand-off within
+// a process costs the release's round trip only; a waiter that gives up
+// instead gives the grant back. Each queued waiter has a deadline (see
 // [WaiterTimeout]) that it renews while it waits; a waiter whose process
 // died drops out when its deadline passes, and a waiter that gives up
 // leaves the queue at once.

@@ -375,7 +375,8 @@ type waiter struct {
 	mode string
 	wake chan struct{} // a notice for this waiter; capacity 1; made when it joins a subscription or fairWaiters
 
-	sub *sub // guarded by b.mux.mu
+	sub     *sub     // guarded by b.mux.mu
+	handoff *handoff // a grant a release handed to it; guarded by fairWaiters.mu
 
 	// Used by the Client's goroutine only.
 	armed     bool          // the last attempt was made with a confirmed subscription
@@ -441,6 +442,14 @@ func (w *waiter) Wait(ctx context.Context) error {
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if w.done {
 		return dlock.Grant{}, fmt.Errorf("%w: waiter already ended", dlock.ErrInvalidOption)
+	}
+	if h := fairWaiters.takeHandoff(w); h != nil {
+		// A release in this process handed the lock over: the grant is
+		// made, by this waiter's request id.
+		w.done = true
+		w.b.mux.detach(w, true)
+		fairWaiters.remove(w)
+		return dlock.Grant{Token: h.token, Count: 1, Handle: w.k, Age: time.Since(h.sent)}, nil
 	}
 	if err := w.b.ready(ctx); err != nil {
 		return dlock.Grant{}, err

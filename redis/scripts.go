@@ -203,11 +203,19 @@ return res
 // head is a waiter of the releasing process; without a queue it publishes
 // "" if a waiter may be waiting (s).
 //
-//	KEYS: lock hash, queue, timeouts
-//	ARGV: owner, token, the releasing process's request id tag
+// The releasing process may name one of its own fair waiters of the lock
+// (request id, owner, ttl ms). If that waiter is the queue's head, the lock
+// is handed to it at once: it leaves the queue and gets a new grant, made
+// by its request id, whose token is in the reply; the releasing process
+// passes the grant on. (If the waiter attempts anyway, the acquire script
+// returns this grant; if it gives up, the cancel script gives it back.)
 //
-// Replies {1, count left, queue head or ""}, or {0, holder owner or "",
-// holder token or ""}.
+//	KEYS: lock hash, queue, timeouts
+//	ARGV: owner, token, the releasing process's request id tag,
+//	      [waiter's request id, owner, ttl ms]
+//
+// Replies {1, count left, queue head or "", handed-off token or ""}, or
+// {0, holder owner or "", holder token or ""}.
 var releaseScript = newScript("release", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'x', 'w', 's')
@@ -222,12 +230,13 @@ end
 local n = tonumber(cur[2]) - 1
 if n > 0 then
   redis.call('HSET', h, 'n', n)
-  return {1, n, ''}
+  return {1, n, '', ''}
 end
 local head = ''
 local w = tonumber(cur[5]) or 0
+local qlen = w
 if w > 0 then
-  local qlen = redis.call('LLEN', q)
+  qlen = redis.call('LLEN', q)
   if qlen > 0 then
     local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
     for _, id in ipairs(dead) do
@@ -237,15 +246,22 @@ if w > 0 then
     if #dead > 0 then qlen = redis.call('LLEN', q) end
     head = redis.call('LINDEX', q, 0) or ''
   end
-  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 end
+if head ~= '' and head == ARGV[4] then
+  redis.call('LPOP', q)
+  redis.call('ZREM', qt, head)
+  local tok = string.format('%.0f', math.max(tonumber(cur[3]) + 1, t[1] * 1000000 + t[2]))
+  redis.call('HSET', h, 'o', ARGV[5], 'n', 1, 'r', head, 'x', now + tonumber(ARGV[6]), 'f', tok, 'w', qlen - 1)
+  return {1, 0, head, tok}
+end
+if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 redis.call('HDEL', h, 'o', 'n', 'r', 'x')
 if head ~= '' then
   if string.sub(head, 1, #ARGV[3]) ~= ARGV[3] then redis.call('PUBLISH', h .. ':wake', head) end
 elseif (tonumber(cur[6]) or 0) > now then
   redis.call('PUBLISH', h .. ':wake', '')
 end
-return {1, 0, head}
+return {1, 0, head, ''}
 `)
 
 // cancelScript withdraws a waiter: it leaves the queue and, if an attempt

@@ -75,8 +75,10 @@ func TestUncontendedPublishesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := newDlock(t, newBackend(t, srv.Addr(), dredis.WaiterTimeout(30*time.Second)))
-	res := waitFor(t, other, "local-fair", ctx, dlock.Fair())
+	const ttl = 10 * time.Second
+	res := waitFor(t, other, "local-fair", ctx, dlock.Fair(), dlock.TTL(ttl))
 	before := publishes(t, admin)
+	released := time.Now()
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +88,11 @@ func TestUncontendedPublishesNothing(t *testing.T) {
 	case r := <-res:
 		if r.err != nil {
 			t.Fatal(r.err)
+		}
+		// The lock was handed over by the release: the lease's validity
+		// counts from before it was sent.
+		if dl := r.l.Deadline(); dl.After(released.Add(ttl)) {
+			t.Errorf("the handed-over lease's deadline is %v after the release was sent, beyond its TTL %v", dl.Sub(released), ttl)
 		}
 		r.l.Unlock(ctx)
 	case <-time.After(5 * time.Second):
@@ -211,5 +218,66 @@ func TestReleaseWakesAnotherProcess(t *testing.T) {
 			}
 			expect("GRANTED", 5*time.Second)
 		})
+	}
+}
+
+// TestFairHandOff: a release hands a fair lock straight to the head of the
+// queue when that waiter is in the releasing process. The waiter's next
+// Acquire returns the grant without asking the server; a waiter that gives
+// up instead gives the handed-over grant back.
+func TestFairHandOff(t *testing.T) {
+	srv := testserver.Redis(t)
+	ctx := ctxFor(t, time.Minute)
+	b1, b2 := newBackend(t, srv.Addr()), newBackend(t, srv.Addr())
+	admin := newClient(t, srv.Addr())
+	const ttl = 30 * time.Second
+	for _, giveUp := range []bool{false, true} {
+		name := fmt.Sprintf("handoff-%v", giveUp)
+		g, _, err := b1.Acquire(ctx, dlock.Request{Name: name, Owner: "holder", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, w, err := b2.Acquire(ctx, dlock.Request{Name: name, Owner: "waiter", TTL: ttl, Fair: true, Wait: true})
+		if w == nil {
+			t.Fatalf("fair Acquire of a held lock: %v, and no waiter", err)
+		}
+		if err := b1.Release(ctx, dlock.Hold{Name: name, Owner: "holder", Token: g.Token, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+		// The lock is the waiter's already.
+		owner, err := admin.HGet(ctx, "dlock:{"+name+"}", "o").Result()
+		if err != nil || owner != "waiter" {
+			t.Fatalf("after the release the lock's owner is %q (%v), want the waiting fair request's", owner, err)
+		}
+		if giveUp {
+			if err := w.Cancel(ctx); err != nil {
+				t.Fatal(err)
+			}
+			g3, _, err := b1.Acquire(ctx, dlock.Request{Name: name, Owner: "third", TTL: ttl})
+			if err != nil {
+				t.Fatalf("after the waiter gave up the handed-over grant, TryLock: %v", err)
+			}
+			if g3.Token <= g.Token {
+				t.Errorf("token %d after the given-back grant is not above %d", g3.Token, g.Token)
+			}
+			continue
+		}
+		if err := w.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		calls := cmdStat(t, admin, "evalsha", "calls")
+		g2, err := w.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := cmdStat(t, admin, "evalsha", "calls") - calls; n != 0 {
+			t.Errorf("the handed-over grant took %v script calls, want none", n)
+		}
+		if g2.Token <= g.Token || g2.Count != 1 || g2.Age <= 0 {
+			t.Errorf("handed-over grant %+v after token %d: want a greater token, count 1 and an age", g2, g.Token)
+		}
+		if err := b2.Release(ctx, dlock.Hold{Name: name, Owner: "waiter", Token: g2.Token, Handle: g2.Handle}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
