@@ -112,6 +112,12 @@ type Grant struct {
 	// Handle is backend-private state of the hold (a node path, a key); it
 	// is given back in Hold.
 	Handle any
+	// Age says how long before the call that returned it the grant may
+	// have been made: a Waiter whose grant was handed to it by a release
+	// (rather than made by its own request) sets it to the time since that
+	// release was sent. The lease's validity then counts from then. Zero
+	// for a grant made by the call's own request.
+	Age time.Duration
 }
 
 // Hold identifies a granted hold in Renew and Release.

@@ -221,6 +221,45 @@ func TestRenewalsAreBatched(t *testing.T) {
 	}
 }
 
+// countingClock is the system clock, counting the timers the renewal loop
+// sets: one per pass over the leases.
+type countingClock struct{ afters atomic.Int64 }
+
+func (c *countingClock) Now() time.Time { return time.Now() }
+func (c *countingClock) After(d time.Duration) <-chan time.Time {
+	c.afters.Add(1)
+	return time.After(d)
+}
+
+func TestLockDoesNotWakeTheRenewalLoop(t *testing.T) {
+	clk := &countingClock{}
+	c := newClient(t, mem.New(), dlock.WithClock(clk), dlock.TTL(time.Minute))
+	ctx := context.Background()
+	held, err := c.Mutex("held").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+	// The loop has started and looked at the first lease; each later lease
+	// is due after it, so the loop sleeps on.
+	for clk.afters.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	before := clk.afters.Load()
+	for i := range 200 {
+		l, err := c.Mutex(fmt.Sprint("n", i%3)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := clk.afters.Load() - before; n > 2 {
+		t.Errorf("200 Lock/Unlock pairs woke the renewal loop %d times", n)
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
 	for url, want := range map[string]error{

@@ -60,9 +60,14 @@ func (k *keeper) add(l *Lease) {
 		return
 	}
 	// Wake the loop only if it would sleep past the new lease's first
-	// renewal: a Lock must not cost a pass over every lease.
+	// renewal: a Lock must not cost a pass over every lease (a goroutine
+	// switch and a timer). The loop sleeps until the earliest nextRenew or
+	// deadline it saw, and a lease's deadline comes after its nextRenew, so
+	// comparing nextRenew is enough. A lease removed since the loop last
+	// looked may have set nextWake: the loop then wakes early, looks, and
+	// sleeps again.
 	l.mu.Lock()
-	first := l.nextRenew.Add(-l.ttl / 10)
+	first := l.nextRenew
 	l.mu.Unlock()
 	if k.nextWake.IsZero() || first.Before(k.nextWake) {
 		k.wake()

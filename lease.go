@@ -27,7 +27,8 @@ type Lease struct {
 	handle     any
 	maxHoldEnd time.Time // zero without MaxHold
 
-	ctx    *leaseContext
+	ctx    *leaseContext // points to lctx
+	lctx   leaseContext
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
@@ -53,7 +54,8 @@ func newLease(c *Client, m *Mutex, key, owner string, g Grant, sent time.Time) *
 		l.maxHoldEnd = sent.Add(m.cfg.maxHold)
 	}
 	inner, cancel := context.WithCancel(context.Background())
-	l.ctx = &leaseContext{l: l, inner: inner}
+	l.lctx = leaseContext{l: l, inner: inner}
+	l.ctx = &l.lctx
 	l.cancel = cancel
 	l.renewedLocked(sent, l.ttl)
 	return l
@@ -274,7 +276,13 @@ func (l *Lease) endLocked(kind, cause error, expired, log bool) bool {
 	if l.err != nil {
 		return false
 	}
-	l.err = &lostError{err: &Error{Op: "lease", Name: l.name, Backend: l.c.desc, Kind: kind, Err: cause}, deadline: expired}
+	// One allocation for both: every Lock ends with one of these.
+	le := &struct {
+		lostError
+		e Error
+	}{e: Error{Op: "lease", Name: l.name, Backend: l.c.desc, Kind: kind, Err: cause}}
+	le.lostError = lostError{err: &le.e, deadline: expired}
+	l.err = &le.lostError
 	l.cancel()
 	if log {
 		l.c.cfg.logger.Warn("dlock: lease lost", "lock", l.name, "backend", l.c.desc, "token", l.token, "cause", cause)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -126,6 +127,9 @@ wait:
 		}
 		sent = clk.Now()
 		g, err = w.Acquire(ctx)
+		if err == nil && g.Age > 0 {
+			sent = sent.Add(-g.Age)
+		}
 	}
 	if err != nil {
 		if w != nil {
@@ -179,8 +183,14 @@ var ownerPrefix = func() string {
 // `dlock status`, and 128 random bits so that no two acquisitions share it.
 func newOwner() string {
 	var b [16]byte
+	var h [32]byte
 	rand.Read(b[:])
-	return ownerPrefix + hex.EncodeToString(b[:])
+	hex.Encode(h[:], b[:])
+	var s strings.Builder // one allocation
+	s.Grow(len(ownerPrefix) + len(h))
+	s.WriteString(ownerPrefix)
+	s.Write(h[:])
+	return s.String()
 }
 
 type leaseKey struct{}

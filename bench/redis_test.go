@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,9 +26,11 @@ import (
 // github.com/bsm/redislock with their defaults, in this process, against
 // one redis-server: the one at REDIS_ADDR, or one started for the run.
 //
-// Besides the workloads' own metrics, every sub-benchmark reports
-// cmds/grant: the Redis commands the server executed (INFO commandstats,
-// connection set-up and INFO itself left out) per lock granted.
+// Besides the workloads' own metrics, every sub-benchmark reports, per
+// lock granted: cmds/grant, the Redis commands the server executed
+// (connection set-up and INFO itself left out); srv-µs/grant, the server's
+// CPU time (INFO cpu, user and system); and cli-µs/grant, this process's
+// CPU time (getrusage), which includes the benchmark's own bookkeeping.
 //
 //	cd bench && go test -run XXX -bench Redis -benchtime 2000x
 func BenchmarkRedis(b *testing.B) {
@@ -138,6 +141,8 @@ func (l redislockLocker) Lock(ctx context.Context, name string) (func(context.Co
 func counting(admin *goredis.Client, newLocker func(*testing.B, goredis.Hook) dlocktest.Locker) func(*testing.B) dlocktest.Locker {
 	type state struct {
 		subsBefore int64
+		srvBefore  float64
+		cliBefore  float64
 		cmds       atomic.Int64
 		grants     atomic.Int64
 	}
@@ -145,13 +150,15 @@ func counting(admin *goredis.Client, newLocker func(*testing.B, goredis.Hook) dl
 	return func(b *testing.B) dlocktest.Locker {
 		st := states[b]
 		if st == nil {
-			st = &state{subsBefore: subscriptions(b, admin)}
+			st = &state{subsBefore: subscriptions(b, admin), srvBefore: serverCPU(b, admin), cliBefore: processCPU()}
 			states[b] = st
 			b.Cleanup(func() {
 				delete(states, b)
 				if g := st.grants.Load(); g > 0 {
 					n := st.cmds.Load() + subscriptions(b, admin) - st.subsBefore
 					b.ReportMetric(float64(n)/float64(g), "cmds/grant")
+					b.ReportMetric((serverCPU(b, admin)-st.srvBefore)/float64(g), "srv-µs/grant")
+					b.ReportMetric((processCPU()-st.cliBefore)/float64(g), "cli-µs/grant")
 				}
 			})
 		}
@@ -203,6 +210,30 @@ func setup(cmd goredis.Cmder) bool {
 		return true
 	}
 	return false
+}
+
+// serverCPU returns the CPU time the server has used, in µs (INFO cpu).
+func serverCPU(b testing.TB, admin *goredis.Client) float64 {
+	info, err := admin.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatalf("INFO cpu: %v", err)
+	}
+	var t float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			x, _ := strconv.ParseFloat(v, 64)
+			t += x
+		}
+	}
+	return t * 1e6
+}
+
+// processCPU returns the CPU time this process has used, in µs.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e3
 }
 
 // subscriptions sums the server's SUBSCRIBE and UNSUBSCRIBE calls (INFO

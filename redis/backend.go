@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +27,9 @@ type Backend struct {
 	cfg     config
 	mux     *mux
 	batch   *batcher
+	keys    keyCache
+	wtArg   any                    // the waiter timeout in ms, as a script argument
+	ttlArg  atomic.Pointer[ttlArg] // the last TTL acquired with, as a script argument
 
 	bg        sync.WaitGroup // clean-up running on its own
 	checkMu   sync.Mutex
@@ -92,6 +94,8 @@ func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	}
 	b.mux = newMux(b)
 	b.batch = newBatcher(b)
+	b.keys.prefix = cfg.prefix
+	b.wtArg = millis(cfg.waiterTimeout)
 	return b, nil
 }
 
@@ -171,13 +175,16 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if err := b.ready(ctx); err != nil {
 		return dlock.Grant{}, nil, err
 	}
-	w := &waiter{b: b, k: newKeys(b.cfg.prefix, req.Name), req: req, rid: newID(), mode: modeTry, hint: -1}
+	w := &waiter{b: b, k: b.keys.get(req.Name), req: req, rid: newID(), mode: modeTry, hint: -1}
 	if req.Wait {
 		w.mode = modeWait
 		if req.Fair {
 			w.mode = modeFair
+			// Registered before its first attempt, which may queue it:
+			// a release in this process wakes it directly from then on.
+			w.wake = make(chan struct{}, 1)
+			fairWaiters.add(w)
 		}
-		w.wake = make(chan struct{}, 1)
 		// If this process already listens on the lock's channel, the
 		// waiter joins before its first attempt, so that no release after
 		// the attempt can go unnoticed.
@@ -187,12 +194,14 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if err == nil {
 		if req.Wait {
 			b.mux.detach(w, true)
+			fairWaiters.remove(w)
 		}
 		return g, nil, nil
 	}
 	if !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) {
 		if req.Wait {
 			b.mux.detach(w, false)
+			fairWaiters.remove(w)
 		}
 		if w.uncertain {
 			// The attempt may have been granted without our learning it:
@@ -214,8 +223,16 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 // attempt runs the acquire script for w.
 func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	k := w.k
-	v, acked, err := b.run(ctx, acquireScript, []string{k.lock, k.queue, k.timeouts},
-		w.req.Owner, millis(w.req.TTL), w.rid, w.mode, millis(b.cfg.waiterTimeout), k.channel)
+	var mode any
+	switch w.mode { // constants, so that no argument is allocated for them
+	case modeWait:
+		mode = modeWait
+	case modeFair:
+		mode = modeFair
+	default:
+		mode = modeTry
+	}
+	v, acked, err := b.run(ctx, acquireScript, k.all[:], w.req.Owner, b.ttlMillis(w.req.TTL), w.rid, mode, b.wtArg)
 	if err != nil {
 		w.uncertain = uncertain(err)
 		return dlock.Grant{}, b.fail(k, err)
@@ -258,11 +275,76 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	return dlock.Grant{}, &dlock.HeldError{Holder: dlock.Holder{Owner: owner, Token: tok, TTL: ttl}}
 }
 
+// ttlArg is a TTL and its whole milliseconds as a script argument.
+type ttlArg struct {
+	ttl time.Duration
+	ms  any
+}
+
+// ttlMillis returns ttl in whole milliseconds as a script argument; a
+// Backend's locks mostly share one TTL, whose argument is kept.
+func (b *Backend) ttlMillis(ttl time.Duration) any {
+	if a := b.ttlArg.Load(); a != nil && a.ttl == ttl {
+		return a.ms
+	}
+	a := &ttlArg{ttl: ttl, ms: millis(ttl)}
+	b.ttlArg.Store(a)
+	return a.ms
+}
+
 // giveBack releases a grant the caller will not use.
 func (b *Backend) giveBack(ctx context.Context, k *keys, owner string, tok uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	b.runScript(ctx, releaseScript, []string{k.lock, k.queue, k.timeouts}, owner, strconv.FormatUint(tok, 10), k.channel)
+	b.release(ctx, k, owner, tok, false)
+}
+
+// release runs the release script. When the lock frees with a fair waiter
+// of this process at the head of its queue, the script does not publish and
+// release wakes the waiter; when the outcome is unknown, it wakes this
+// process's fair waiters of the lock, which then try again.
+//
+// With WaitReplicas, replicas says whether to send WAIT along (as a
+// release by the lease holder does; the acknowledgement is not awaited).
+func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64, replicas bool) (any, error) {
+	args := []any{owner, strconv.FormatUint(tok, 10), procTagArg}
+	// The first fair waiter of this process on the lock is offered the
+	// lock, in case it heads the queue. Not with WaitReplicas: a grant must
+	// be acknowledged by the replicas before it counts, and the waiter
+	// could not tell.
+	var cand *waiter
+	if b.cfg.replicas == 0 {
+		if cand = fairWaiters.first(k.lock); cand != nil {
+			args = append(args, cand.rid, cand.req.Owner, b.ttlMillis(cand.req.TTL))
+		}
+	}
+	sent := time.Now()
+	var v any
+	var err error
+	if replicas {
+		v, _, err = b.run(ctx, releaseScript, k.all[:], args...)
+	} else {
+		v, err = b.runScript(ctx, releaseScript, k.all[:], args...)
+	}
+	if err != nil {
+		if uncertain(err) {
+			fairWaiters.wakeLock(k.lock)
+		}
+		return nil, err
+	}
+	if r, _ := v.([]any); len(r) >= 4 && toInt(r[0]) == 1 {
+		head := toStr(r[2])
+		if t := toStr(r[3]); t != "" && cand != nil && head == cand.rid {
+			if n, perr := strconv.ParseUint(t, 10, 64); perr == nil {
+				fairWaiters.handOff(cand, &handoff{token: n, sent: sent})
+				return v, nil
+			}
+		}
+		if strings.HasPrefix(head, procTag) {
+			fairWaiters.wake(head)
+		}
+	}
+	return v, nil
 }
 
 // withdraw runs the cancel script for w, for an attempt whose outcome is
@@ -279,7 +361,7 @@ const cleanupTimeout = 2 * time.Second
 // Renew extends the hold h to ttl from now.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
 	k := b.keysOf(h)
-	v, acked, err := b.run(ctx, renewScript, []string{k.lock}, h.Owner, strconv.FormatUint(h.Token, 10), millis(ttl))
+	v, acked, err := b.run(ctx, renewScript, k.all[:1], h.Owner, strconv.FormatUint(h.Token, 10), millis(ttl))
 	if err != nil {
 		return b.fail(k, err)
 	}
@@ -301,8 +383,7 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 // lock's channel so that a waiter wakes.
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	k := b.keysOf(h)
-	v, _, err := b.run(ctx, releaseScript, []string{k.lock, k.queue, k.timeouts},
-		h.Owner, strconv.FormatUint(h.Token, 10), k.channel)
+	v, err := b.release(ctx, k, h.Owner, h.Token, true)
 	if err != nil {
 		return b.fail(k, err)
 	}
@@ -328,7 +409,7 @@ func (b *Backend) keysOf(h dlock.Hold) *keys {
 	if k, ok := h.Handle.(*keys); ok && k != nil {
 		return k
 	}
-	return newKeys(b.cfg.prefix, h.Name)
+	return b.keys.get(h.Name)
 }
 
 // batchSize bounds the holds renewed by one script call.
@@ -363,7 +444,7 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	}
 	type call struct {
 		idx  []int
-		keys []string
+		keys []any
 		args []any
 		cmd  *goredis.Cmd
 	}
@@ -389,7 +470,7 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 			results[j], acks[j], callErrs[j] = b.run(ctx, renewBatchScript, c.keys, c.args...)
 		}
 	} else {
-		b.pipelineScripts(ctx, renewBatchScript, len(calls), func(j int) ([]string, []any) { return calls[j].keys, calls[j].args }, results, callErrs)
+		b.pipelineScripts(ctx, renewBatchScript, len(calls), func(j int) ([]any, []any) { return calls[j].keys, calls[j].args }, results, callErrs)
 	}
 	for j, c := range calls {
 		if callErrs[j] != nil {
@@ -425,7 +506,7 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 
 // pipelineScripts runs n calls of s in one pipeline (EVALSHA, then EVAL
 // for those the server did not have).
-func (b *Backend) pipelineScripts(ctx context.Context, s *script, n int, call func(int) ([]string, []any), results []any, errs []error) {
+func (b *Backend) pipelineScripts(ctx context.Context, s *script, n int, call func(int) ([]any, []any), results []any, errs []error) {
 	cmds := make([]*goredis.Cmd, n)
 	p := b.rdb.Pipeline()
 	for j := range n {
@@ -460,14 +541,14 @@ func (b *Backend) pipelineScripts(ctx context.Context, s *script, n int, call fu
 // run runs s on keys and args. With WaitReplicas it sends WAIT in the same
 // pipeline (one connection, one round trip) and returns the number of
 // replicas that acknowledged.
-func (b *Backend) run(ctx context.Context, s *script, keys []string, args ...any) (any, int, error) {
+func (b *Backend) run(ctx context.Context, s *script, keys []any, args ...any) (any, int, error) {
 	if b.cfg.replicas == 0 {
 		v, err := b.runScript(ctx, s, keys, args...)
 		return v, 0, err
 	}
 	var p goredis.Pipeliner
 	if b.cluster != nil {
-		node, err := b.cluster.MasterForKey(ctx, keys[0])
+		node, err := b.cluster.MasterForKey(ctx, keys[0].(string))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -649,16 +730,4 @@ func toStr(v any) string {
 		return ""
 	}
 	return fmt.Sprint(v)
-}
-
-// newID returns a random request id (128 bits, hex).
-func newID() string {
-	var buf [32]byte
-	const hex = "0123456789abcdef"
-	a, c := rand.Uint64(), rand.Uint64()
-	for i := range 16 {
-		buf[i] = hex[a>>(60-4*i)&15]
-		buf[16+i] = hex[c>>(60-4*i)&15]
-	}
-	return string(buf[:])
 }

@@ -170,23 +170,21 @@ func (bt *batcher) close() {
 
 // evalArgs returns the arguments of EVAL or EVALSHA (with the script's
 // source or hash) for keys and args.
-func evalArgs(sha bool, s *script, keys []string, args []any) []any {
-	a := make([]any, 0, 3+len(keys)+len(args))
+func evalArgs(sha bool, s *script, keys []any, args []any) []any {
+	a := make([]any, 3, 3+len(keys)+len(args))
 	if sha {
-		a = append(a, "evalsha", s.hash)
+		a[0], a[1] = "evalsha", s.hashArg
 	} else {
-		a = append(a, "eval", s.src)
+		a[0], a[1] = "eval", s.srcArg
 	}
-	a = append(a, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
+	a[2] = len(keys)
+	a = append(a, keys...)
 	return append(a, args...)
 }
 
 // runScript runs s with EVALSHA, and with EVAL if the server does not have
 // it cached.
-func (b *Backend) runScript(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
+func (b *Backend) runScript(ctx context.Context, s *script, keys []any, args ...any) (any, error) {
 	cmd := goredis.NewCmd(ctx, evalArgs(true, s, keys, args)...)
 	err := b.batch.do(ctx, cmd)
 	if isNoScript(err) {

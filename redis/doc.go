@@ -16,11 +16,11 @@
 // Each operation is one Lua script, so one round trip, atomic, run with
 // EVALSHA (EVAL when the server does not have the script cached). The state
 // of a lock lives under one hash tag, PREFIX:{NAME}, so all of it is in one
-// Cluster slot: a hash with the holder's owner, reentry count and fencing
-// token, expiring with the lease (PX); a fence key with the last token
-// granted, which never expires; and, for fair locks, a queue of waiters with
-// a deadline each. Names are escaped for the hash tag ({, }, % and glob
-// characters become %XX).
+// Cluster slot: a hash, never deleted, with the holder's owner, reentry
+// count and lease end (judged against the server's clock, TIME) and the
+// last token granted (the fence), which stays when the lock frees; and, for
+// fair locks, a queue of waiters with a deadline each. Names are escaped
+// for the hash tag ({, }, % and glob characters become %XX).
 //
 // An uncontended Lock or TryLock is one command, and so is Unlock. A
 // reentrant acquisition by the same owner increments the count kept in the
@@ -28,17 +28,25 @@
 // greater than every earlier token of the lock name.
 //
 // A Lock that finds the lock held waits for a notice instead of polling:
-// a release publishes on the lock's channel, and each Backend keeps one
-// pub/sub connection for all its waiters, with one subscription per lock
-// waited on. A waiter's attempts are made while its subscription is
-// confirmed, so a release cannot slip in between an attempt and the wait
-// that follows it. A release wakes one waiter per process (in a fair queue,
-// exactly the head of the queue). Because an expiry publishes nothing,
-// every wait is bounded by the holder's remaining lease as the last attempt
-// saw it.
+// a release publishes on the lock's channel when someone may be waiting (a
+// failed attempt of a waiting Lock leaves a mark in the hash that lasts
+// past that waiter's next attempt; a release with nobody waiting publishes
+// nothing), and each Backend keeps one pub/sub connection for all its
+// waiters, with one subscription per lock waited on. A waiter's attempts
+// are made while its subscription is confirmed, so a release cannot slip in
+// between an attempt and the wait that follows it. A release wakes one
+// waiter per process (in a fair queue, exactly the head of the queue; when
+// the head waits in the releasing process, that process wakes it directly
+// and nothing is published). Because an expiry publishes nothing, every
+// wait is bounded by the holder's remaining lease as the last attempt saw
+// it.
 //
 // With dlock.Fair the script keeps a FIFO queue on the server; the lock
-// goes to the queue's head only. Each queued waiter has a deadline (see
+// goes to the queue's head only. When the head waits in the releasing
+// process, the release script hands the lock to it directly (a new grant
+// with a new token, made by the waiter's request id), so a hand-off within
+// a process costs the release's round trip only; a waiter that gives up
+// instead gives the grant back. Each queued waiter has a deadline (see
 // [WaiterTimeout]) that it renews while it waits; a waiter whose process
 // died drops out when its deadline passes, and a waiter that gives up
 // leaves the queue at once.

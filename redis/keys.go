@@ -3,6 +3,7 @@ package redis
 import (
 	"fmt"
 	"strings"
+	"sync"
 )
 
 // keys are the Redis keys and the pub/sub channel of one lock. All of them
@@ -16,18 +17,51 @@ import (
 type keys struct {
 	lock, queue, timeouts, channel string
 	slot                           uint16
+	// all holds lock, queue and timeouts as the KEYS of a script.
+	all [3]any
 }
 
 func newKeys(prefix, name string) *keys {
 	enc := encodeName(name)
 	base := prefix + ":{" + enc + "}"
-	return &keys{
+	k := &keys{
 		lock:     base,
 		queue:    base + ":queue",
 		timeouts: base + ":timeouts",
 		channel:  base + ":wake",
 		slot:     crc16(enc) % 16384,
 	}
+	k.all = [3]any{k.lock, k.queue, k.timeouts}
+	return k
+}
+
+// keyCache keeps the keys of the lock names a Backend used last, so that
+// an acquisition of a name in use does not build them anew.
+type keyCache struct {
+	prefix string
+	mu     sync.RWMutex
+	m      map[string]*keys
+}
+
+// keyCacheSize bounds the names a keyCache keeps; when it is full it is
+// emptied.
+const keyCacheSize = 4096
+
+func (c *keyCache) get(name string) *keys {
+	c.mu.RLock()
+	k := c.m[name]
+	c.mu.RUnlock()
+	if k != nil {
+		return k
+	}
+	k = newKeys(c.prefix, name)
+	c.mu.Lock()
+	if len(c.m) >= keyCacheSize || c.m == nil {
+		c.m = make(map[string]*keys)
+	}
+	c.m[name] = k
+	c.mu.Unlock()
+	return k
 }
 
 // encodeName escapes a lock name for use inside a hash tag and a SCAN

@@ -111,6 +111,9 @@ func (m *mux) addLocked(s *sub, w *waiter) {
 		s.timer = nil
 		m.idle--
 	}
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
+	}
 	s.refs++
 	s.waiters = append(s.waiters, w)
 	m.byID[w.rid] = w
@@ -370,9 +373,10 @@ type waiter struct {
 	req  dlock.Request
 	rid  string // request id: the queue entry and the grant's mark
 	mode string
-	wake chan struct{} // a notice for this waiter; capacity 1
+	wake chan struct{} // a notice for this waiter; capacity 1; made when it joins a subscription or fairWaiters
 
-	sub *sub // guarded by b.mux.mu
+	sub     *sub     // guarded by b.mux.mu
+	handoff *handoff // a grant a release handed to it; guarded by fairWaiters.mu
 
 	// Used by the Client's goroutine only.
 	armed     bool          // the last attempt was made with a confirmed subscription
@@ -439,6 +443,14 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if w.done {
 		return dlock.Grant{}, fmt.Errorf("%w: waiter already ended", dlock.ErrInvalidOption)
 	}
+	if h := fairWaiters.takeHandoff(w); h != nil {
+		// A release in this process handed the lock over: the grant is
+		// made, by this waiter's request id.
+		w.done = true
+		w.b.mux.detach(w, true)
+		fairWaiters.remove(w)
+		return dlock.Grant{Token: h.token, Count: 1, Handle: w.k, Age: time.Since(h.sent)}, nil
+	}
 	if err := w.b.ready(ctx); err != nil {
 		return dlock.Grant{}, err
 	}
@@ -452,6 +464,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if err == nil {
 		w.done = true
 		w.b.mux.detach(w, true)
+		fairWaiters.remove(w)
 	}
 	return g, err
 }
@@ -464,6 +477,7 @@ func (w *waiter) Cancel(ctx context.Context) error {
 	}
 	w.done = true
 	w.b.mux.detach(w, false)
+	fairWaiters.remove(w)
 	if w.mode != modeFair && !w.uncertain {
 		return nil
 	}
@@ -472,7 +486,7 @@ func (w *waiter) Cancel(ctx context.Context) error {
 
 func (w *waiter) cancelOnServer(ctx context.Context) error {
 	k := w.k
-	_, _, err := w.b.run(ctx, cancelScript, []string{k.lock, k.queue, k.timeouts}, w.rid, w.req.Owner, k.channel)
+	_, _, err := w.b.run(ctx, cancelScript, k.all[:], w.rid, w.req.Owner)
 	if err != nil {
 		return w.b.fail(k, err)
 	}

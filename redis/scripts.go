@@ -8,11 +8,15 @@ import (
 // script is a Lua script and its SHA1, for EVALSHA.
 type script struct {
 	name, src, hash string
+	// srcArg and hashArg are src and hash as command arguments.
+	srcArg, hashArg any
 }
 
 func newScript(name, src string) *script {
 	sum := sha1.Sum([]byte(src))
-	return &script{name: name, src: src, hash: hex.EncodeToString(sum[:])}
+	s := &script{name: name, src: src, hash: hex.EncodeToString(sum[:])}
+	s.srcArg, s.hashArg = s.src, s.hash
+	return s
 }
 
 // The scripts. Each operation is one script, so one round trip and atomic.
@@ -26,6 +30,8 @@ func newScript(name, src string) *script {
 //	f  last token granted (the fence), which is also the holder's token;
 //	   kept when the lock frees
 //	w  length of the fair queue when last seen (0 or absent: no queue)
+//	s  server time (ms) until which a waiter that is not in the fair queue
+//	   may be waiting for a release notice (see below)
 //
 // Expiry is judged in the scripts against the server's clock (TIME), the
 // same clock Redis uses for PX. Fair locks also use a list (the queue, in
@@ -36,6 +42,17 @@ func newScript(name, src string) *script {
 // a key holding another type fails the script (WRONGTYPE) before anything
 // was changed: Redis does not roll back a script's earlier writes.
 //
+// A release publishes on the lock's channel (PREFIX:{NAME}:wake) only when
+// someone may be waiting: a fair queue with a live head, or an unexpired
+// s. Each failed attempt of a waiting Lock (mode "w") moves s to at least
+// the end of that waiter's next Wait (the hint it is given plus the waiter
+// timeout as slack), and a waiter always makes a new attempt when its Wait
+// ends, so a release that skips PUBLISH has no live waiter to wake: an
+// uncontended lock costs no PUBLISH (which on a Cluster goes to every
+// node). A release whose queue head is a waiter of the releasing process
+// (its request id starts with the process's tag, ARGV) does not publish
+// either: the process wakes that waiter itself.
+//
 // New tokens are max(f+1, server time in µs), so that tokens keep
 // increasing even if the hash is lost (a restart without persistence, a
 // failover to a replica that missed the last grants), provided the servers'
@@ -44,7 +61,7 @@ func newScript(name, src string) *script {
 // acquireScript makes one attempt.
 //
 //	KEYS: lock hash, queue, timeouts
-//	ARGV: owner, ttl ms, request id, mode ("t" try, "w" wait, "f" fair wait), waiter timeout ms, channel
+//	ARGV: owner, ttl ms, request id, mode ("t" try, "w" wait, "f" fair wait), waiter timeout ms
 //
 // Replies {1, token, count} when granted, or {0, holder owner or "",
 // holder token or "", wait hint ms, queue length} when not.
@@ -60,7 +77,7 @@ func newScript(name, src string) *script {
 var acquireScript = newScript("acquire", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
 local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
-local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w')
+local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w', 's')
 if not cur[3] and redis.call('EXISTS', h) == 1 or cur[3] and not tonumber(cur[3]) then
   return redis.error_reply('DLOCKFOREIGN ' .. h)
 end
@@ -92,28 +109,34 @@ if w > 0 or mode == 'f' and held then
     if qlen > 0 then head = redis.call('LINDEX', q, 0) end
   end
 end
-local function enqueue()
-  if not redis.call('ZSCORE', qt, rid) then
-    redis.call('RPUSH', q, rid)
-    qlen = qlen + 1
+if held or head and head ~= rid then
+  local wait = x - now
+  if not held then wait = math.max(tonumber(redis.call('ZSCORE', qt, head) or now) - now, 0) end
+  if mode == 'f' then
+    if not redis.call('ZSCORE', qt, rid) then
+      redis.call('RPUSH', q, rid)
+      qlen = qlen + 1
+    end
+    redis.call('ZADD', qt, now + tonumber(ARGV[5]), rid)
+    local last = redis.call('ZRANGE', qt, -1, -1, 'WITHSCORES')
+    local gone = tonumber(last[2]) + 1000
+    redis.call('PEXPIREAT', q, gone)
+    redis.call('PEXPIREAT', qt, gone)
   end
-  redis.call('ZADD', qt, now + tonumber(ARGV[5]), rid)
-  local last = redis.call('ZRANGE', qt, -1, -1, 'WITHSCORES')
-  local gone = tonumber(last[2]) + 1000
-  redis.call('PEXPIREAT', q, gone)
-  redis.call('PEXPIREAT', qt, gone)
-end
-if held then
-  if mode == 'f' then enqueue() end
-  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
-  return {0, cur[1], cur[3] or '', x - now, qlen}
-end
-if head and head ~= rid then
-  if mode == 'f' then enqueue() end
-  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
-  if head ~= old then redis.call('PUBLISH', ARGV[6], head) end
-  local hd = tonumber(redis.call('ZSCORE', qt, head) or now)
-  return {0, '', '', math.max(hd - now, 0), qlen}
+  local sv = tonumber(cur[7]) or 0
+  local until_ = now + wait + tonumber(ARGV[5])
+  if mode == 'w' and sv < until_ - tonumber(ARGV[5]) / 2 then
+    if qlen ~= w then
+      redis.call('HSET', h, 's', until_, 'w', qlen)
+    else
+      redis.call('HSET', h, 's', until_)
+    end
+  elseif qlen ~= w then
+    redis.call('HSET', h, 'w', qlen)
+  end
+  if not held and head ~= old then redis.call('PUBLISH', h .. ':wake', head) end
+  if held then return {0, cur[1], cur[3] or '', wait, qlen} end
+  return {0, '', '', wait, qlen}
 end
 if head then
   redis.call('LPOP', q)
@@ -175,16 +198,27 @@ end
 return res
 `)
 
-// releaseScript gives up one hold and, when the lock frees, publishes the
-// queue's head (after dropping dead waiters) or "" on the lock's channel.
+// releaseScript gives up one hold. When the lock frees it drops dead fair
+// waiters and publishes the queue's head on the lock's channel, unless the
+// head is a waiter of the releasing process; without a queue it publishes
+// "" if a waiter may be waiting (s).
+//
+// The releasing process may name one of its own fair waiters of the lock
+// (request id, owner, ttl ms). If that waiter is the queue's head, the lock
+// is handed to it at once: it leaves the queue and gets a new grant, made
+// by its request id, whose token is in the reply; the releasing process
+// passes the grant on. (If the waiter attempts anyway, the acquire script
+// returns this grant; if it gives up, the cancel script gives it back.)
 //
 //	KEYS: lock hash, queue, timeouts
-//	ARGV: owner, token, channel
+//	ARGV: owner, token, the releasing process's request id tag,
+//	      [waiter's request id, owner, ttl ms]
 //
-// Replies {1, count left}, or {0, holder owner or "", holder token or ""}.
+// Replies {1, count left, queue head or "", handed-off token or ""}, or
+// {0, holder owner or "", holder token or ""}.
 var releaseScript = newScript("release", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
-local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'x', 'w')
+local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'x', 'w', 's')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if (tonumber(cur[4]) or 0) <= now then
@@ -196,12 +230,13 @@ end
 local n = tonumber(cur[2]) - 1
 if n > 0 then
   redis.call('HSET', h, 'n', n)
-  return {1, n}
+  return {1, n, '', ''}
 end
 local head = ''
 local w = tonumber(cur[5]) or 0
+local qlen = w
 if w > 0 then
-  local qlen = redis.call('LLEN', q)
+  qlen = redis.call('LLEN', q)
   if qlen > 0 then
     local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
     for _, id in ipairs(dead) do
@@ -211,11 +246,22 @@ if w > 0 then
     if #dead > 0 then qlen = redis.call('LLEN', q) end
     head = redis.call('LINDEX', q, 0) or ''
   end
-  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 end
+if head ~= '' and head == ARGV[4] then
+  redis.call('LPOP', q)
+  redis.call('ZREM', qt, head)
+  local tok = string.format('%.0f', math.max(tonumber(cur[3]) + 1, t[1] * 1000000 + t[2]))
+  redis.call('HSET', h, 'o', ARGV[5], 'n', 1, 'r', head, 'x', now + tonumber(ARGV[6]), 'f', tok, 'w', qlen - 1)
+  return {1, 0, head, tok}
+end
+if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 redis.call('HDEL', h, 'o', 'n', 'r', 'x')
-redis.call('PUBLISH', ARGV[3], head)
-return {1, 0}
+if head ~= '' then
+  if string.sub(head, 1, #ARGV[3]) ~= ARGV[3] then redis.call('PUBLISH', h .. ':wake', head) end
+elseif (tonumber(cur[6]) or 0) > now then
+  redis.call('PUBLISH', h .. ':wake', '')
+end
+return {1, 0, head, ''}
 `)
 
 // cancelScript withdraws a waiter: it leaves the queue and, if an attempt
@@ -225,7 +271,7 @@ return {1, 0}
 // (or "") is published.
 //
 //	KEYS: lock hash, queue, timeouts
-//	ARGV: request id, owner, channel
+//	ARGV: request id, owner
 //
 // Replies 1 if a grant was given back, else 0.
 var cancelScript = newScript("cancel", `
@@ -261,7 +307,7 @@ end
 if free and (wasHead or #dead > 0) then
   local head = ''
   if qlen > 0 then head = redis.call('LINDEX', q, 0) end
-  redis.call('PUBLISH', ARGV[3], head)
+  redis.call('PUBLISH', h .. ':wake', head)
 end
 return undone
 `)
