@@ -129,26 +129,38 @@ func TestPauseIsSeenAtTheNextCheck(t *testing.T) {
 
 func TestTransientRenewalErrorsAreRetried(t *testing.T) {
 	f := &flaky{Backend: mem.New()}
-	c := newClient(t, f, dlock.TTL(300*time.Millisecond))
+	c := newClient(t, f, dlock.TTL(time.Second))
 	l, err := c.Mutex("r").Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Fail renewals for a third of the TTL: the lease survives, because the
-	// keeper retries well within the lease.
+	// Renewals fail until the keeper has retried (the first renewal is due
+	// at a third of the TTL, retries follow every TTL/20); then they
+	// recover, and the lease survives because the retries came well
+	// within the lease. The waits are on events, not on fixed sleeps, so
+	// a slow machine does not make the keeper look idle.
 	f.setFail(errors.New("connection reset"))
-	time.Sleep(150 * time.Millisecond)
-	before := f.renews.Load()
+	waitUntil(t, 5*time.Second, "two failed renewal attempts", func() bool { return f.renews.Load() >= 2 })
+	before := l.Deadline()
 	f.setFail(nil)
-	time.Sleep(600 * time.Millisecond)
+	waitUntil(t, 5*time.Second, "a renewal after the failures", func() bool { return l.Deadline().After(before) || l.Err() != nil })
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease lost despite renewals that recovered: %v", err)
 	}
-	if before < 2 {
-		t.Errorf("%d renewal attempts during the failure; want retries", before)
-	}
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after limit.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, limit)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
