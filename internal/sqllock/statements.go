@@ -39,31 +39,39 @@ type statements struct {
 	inspect string
 }
 
-func newStatements(d Dialect, table string) statements {
-	waiters := WaitersTable(table)
-	r := strings.NewReplacer("{L}", table, "{W}", waiters, "{NOW}", d.Now, "{MAX}", d.Max)
-	rebind := func(q string) string {
+// binder returns the function that writes a statement of the engine for
+// dialect d and lease table table: the table names, the clock and the
+// placeholders.
+func binder(d Dialect, table string) func(string) string {
+	r := strings.NewReplacer("{L}", table, "{W}", WaitersTable(table), "{NOW}", d.Now, "{MAX}", d.Max)
+	return func(q string) string {
 		q = r.Replace(q)
 		if d.Rebind != nil {
 			q = d.Rebind(q)
 		}
 		return q
 	}
+}
 
-	// set takes over (token + 1, holds 1) or re-enters (same token,
-	// holds + 1, the later expiry). Args: owner, owner, owner, ttl, ttl,
-	// owner. The assignments read only columns assigned after them, so
-	// that MySQL, which assigns left to right, means the same.
-	const set = `holds = CASE WHEN l.owner = ? AND l.expires_at > {NOW} THEN l.holds + 1 ELSE 1 END,
+// setSQL takes over (token + 1, holds 1) or re-enters (same token,
+// holds + 1, the later expiry). Args: owner, owner, owner, ttl, ttl,
+// owner ([setArgs]). The assignments read only columns assigned after
+// them, so that MySQL, which assigns left to right, means the same.
+const setSQL = `holds = CASE WHEN l.owner = ? AND l.expires_at > {NOW} THEN l.holds + 1 ELSE 1 END,
 	token = CASE WHEN l.owner = ? AND l.expires_at > {NOW} THEN l.token ELSE l.token + 1 END,
 	expires_at = CASE WHEN l.owner = ? AND l.expires_at > {NOW} THEN {MAX}(l.expires_at, {NOW} + ?) ELSE {NOW} + ? END,
 	owner = ?`
-	// cond lets the owner re-enter, and anybody take a free or expired row
-	// when no live fair waiter is queued before seq. Args: owner, name,
-	// seq.
-	const cond = `(l.owner = ? AND l.expires_at > {NOW})
+
+// condSQL lets the owner re-enter, and anybody take a free or expired row
+// when no live fair waiter is queued before seq. Args: owner, name, seq
+// ([condArgs]).
+const condSQL = `(l.owner = ? AND l.expires_at > {NOW})
 	OR ((l.owner = '' OR l.expires_at <= {NOW})
 		AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = ? AND w.seq < ? AND w.expires_at > {NOW}))`
+
+func newStatements(d Dialect, table string) statements {
+	rebind := binder(d, table)
+	const set, cond = setSQL, condSQL
 
 	var s statements
 	s.upsert = rebind(`INSERT INTO {L} AS l (name, owner, holds, token, expires_at)
