@@ -30,6 +30,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	table         string
 	waiterTimeout time.Duration
+	session       bool
 	errs          []string
 }
 
@@ -57,6 +58,30 @@ func WaiterTimeout(d time.Duration) Option {
 			return
 		}
 		c.waiterTimeout = d
+	})
+}
+
+// Session puts the Backend in session mode: every held lock is a
+// user-level lock (GET_LOCK) held by one connection of its own, taken out
+// of the pool for as long as it carries the lock, and a blocked Lock waits
+// in the server's queue for it. The lease table still gives the fencing
+// token, the reentry count and the holder's expiry. See the package doc,
+// "Session mode". The URL form is ?mode=session.
+func Session() Option {
+	return optionFunc(func(c *config) { c.session = true })
+}
+
+// mode sets the mode by its URL name: "lease" (the default) or "session".
+func mode(name string) Option {
+	return optionFunc(func(c *config) {
+		switch name {
+		case "lease", "":
+			c.session = false
+		case "session":
+			c.session = true
+		default:
+			c.errs = append(c.errs, fmt.Sprintf("mode %q is not \"lease\" or \"session\"", name))
+		}
 	})
 }
 

@@ -90,6 +90,11 @@ func KeyHash(table, name string) [32]byte {
 // database's clock). It implements [dlock.Backend], [dlock.BatchRenewer],
 // [dlock.Inspector] and [dlock.LossReporter].
 type Sessions struct {
+	// MaxTTL, if set before first use, is the longest TTL accepted
+	// (MySQL: a connection idle for wait_timeout is closed, and a holder's
+	// connection is idle between renewals every TTL/3).
+	MaxTTL time.Duration
+
 	e  *Engine
 	d  SessionDialect
 	db *sql.DB
@@ -203,6 +208,9 @@ func (s *Sessions) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 	}
 	if err := checkRequest(req); err != nil {
 		return dlock.Grant{}, nil, err
+	}
+	if s.MaxTTL > 0 && req.TTL > s.MaxTTL {
+		return dlock.Grant{}, nil, errorf(dlock.ErrInvalidOption, "TTL %v is above %v, the longest that session mode on %s allows (raise wait_timeout)", req.TTL, s.MaxTTL, s.e.desc)
 	}
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, nil, err

@@ -1,0 +1,136 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"sync"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// MySQLSession is session mode on MySQL 8 and MariaDB: a user-level lock
+// (GET_LOCK) named "dlock:" + the first 58 hex digits of SHA-256(table,
+// name), as lock names are limited to 64 characters.
+//
+// A first attempt is two statements (GET_LOCK(key, 0) and the row's
+// grant or re-entry), a renewal and a release one each (the release calls
+// RELEASE_LOCK inside its UPDATE). A waiting Lock is one GET_LOCK with a
+// timeout of a year, interrupted with KILL QUERY from another connection.
+// MariaDB (and MySQL 8) grant user locks to their waiters in order.
+var MySQLSession = SessionDialect{
+	Key: func(table, name string) any {
+		h := KeyHash(table, name)
+		return "dlock:" + hex.EncodeToString(h[:])[:58]
+	},
+	Attach: func(*sql.Conn) (ConnInfo, error) { return ConnInfo{}, nil },
+	First:  myFirst,
+	Lock: func(ctx context.Context, c *sql.Conn, key any) error {
+		var got sql.NullInt64
+		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 31536000)`, key).Scan(&got); err != nil {
+			return err
+		}
+		if got.Int64 != 1 {
+			return errors.New("GET_LOCK returned without the lock")
+		}
+		return nil
+	},
+	Queued: func(ctx context.Context, db *sql.DB, info ConnInfo, key any) (bool, error) {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND STATE = 'User lock'`, info.ID).Scan(&n)
+		return n > 0, err
+	},
+	Renew: func(ctx context.Context, c *sql.Conn, table string, key any, h dlock.Hold, ttl int64) (bool, error) {
+		res, err := c.ExecContext(ctx, myStmts(table).renew, ttl, h.Name, h.Owner, int64(h.Token), key)
+		if err != nil {
+			return false, err
+		}
+		n, err := res.RowsAffected()
+		return n > 0, err
+	},
+	Release: func(ctx context.Context, c *sql.Conn, table string, key any, h dlock.Hold) (bool, bool, error) {
+		res, err := c.ExecContext(ctx, myStmts(table).release, key, h.Name, h.Owner, int64(h.Token))
+		if err != nil {
+			return false, false, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return false, false, err
+		}
+		if n > 0 {
+			return true, true, nil // RELEASE_LOCK ran in the UPDATE
+		}
+		_, err = c.ExecContext(ctx, `DO RELEASE_LOCK(?)`, key)
+		return false, err == nil, err
+	},
+	Unlock: func(ctx context.Context, c *sql.Conn, key any) (bool, error) {
+		var got sql.NullInt64
+		err := c.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, key).Scan(&got)
+		return got.Int64 == 1, err
+	},
+	Interrupt: func(ctx context.Context, db *sql.DB, info ConnInfo) error {
+		if info.ID == 0 {
+			return errors.New("connection id unknown")
+		}
+		_, err := db.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(info.ID, 10))
+		return err
+	},
+}
+
+type mySessionStatements struct {
+	reenter, renew, release string
+}
+
+var mySessionStmts sync.Map // table → *mySessionStatements
+
+func myStmts(table string) *mySessionStatements {
+	if s, ok := mySessionStmts.Load(table); ok {
+		return s.(*mySessionStatements)
+	}
+	bind := binder(MySQL, table)
+	s := &mySessionStatements{
+		// The owner's row re-entered, the result packed in the last-insert
+		// id as in the dialect's Attempt. Args: ttl, name, owner.
+		reenter: bind(`UPDATE {L} AS l SET
+	holds = l.holds + 1,
+	expires_at = GREATEST(l.expires_at, {NOW} + ?),
+	token = l.token + 0 * LAST_INSERT_ID(l.token << ` + strconv.Itoa(holdsBits) + ` | l.holds)
+WHERE l.name = ? AND l.owner = ? AND l.holds > 0 AND l.expires_at > {NOW}`),
+		// Args: ttl, name, owner, token, key.
+		renew: bind(`UPDATE {L} AS l SET expires_at = {NOW} + ?
+WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}
+	AND IS_USED_LOCK(?) = CONNECTION_ID()`),
+		// RELEASE_LOCK runs in the assignment of the matched row, after
+		// InnoDB locked it: a waiter woken by it finds the row locked by
+		// this statement until it commits. The first WHEN is never true
+		// but is always evaluated. Args: key, name, owner, token.
+		release: bind(`UPDATE {L} AS l SET
+	owner = CASE WHEN COALESCE(RELEASE_LOCK(?), 0) < 0 THEN l.owner WHEN l.holds <= 1 THEN '' ELSE l.owner END,
+	holds = l.holds - 1
+WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}`),
+	}
+	mySessionStmts.Store(table, s)
+	return s
+}
+
+func myFirst(ctx context.Context, c *sql.Conn, info *ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
+	var got sql.NullInt64
+	if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0), CONNECTION_ID()`, key).Scan(&got, &info.ID); err != nil {
+		return false, dlock.Grant{}, false, err
+	}
+	if got.Int64 == 1 {
+		g, ok, err := mysqlAttempt(ctx, c, table, req, ttl, noSeq)
+		return true, g, ok, err
+	}
+	res, err := c.ExecContext(ctx, myStmts(table).reenter, ttl, req.Name, req.Owner)
+	if err != nil {
+		return false, dlock.Grant{}, false, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil || id == 0 {
+		return false, dlock.Grant{}, false, err
+	}
+	return false, dlock.Grant{Token: uint64(id) >> holdsBits, Count: int(id & (1<<holdsBits - 1))}, true, nil
+}
