@@ -203,7 +203,7 @@ func rawConn(ctx context.Context, db *sql.DB) (*pgx.Conn, func(), error) {
 func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config,
 	listen func(context.Context) (*pgx.Conn, func(), error), onClose func() error) (*Backend, error) {
 	var feed sqllock.Feed
-	if listen != nil && !cfg.session {
+	if listen != nil {
 		feed = newListenFeed(sqllock.PostgresChannel(cfg.table), listen)
 	}
 	e, err := sqllock.New(ctx, db, sqllock.PostgreSQL, sqllock.Config{

@@ -221,11 +221,11 @@ func (s *Sessions) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 	w := &sessionWaiter{s: s, req: req, key: s.d.Key(s.e.table, req.Name)}
 	g, err := w.attempt(ctx)
 	if err == nil || !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) {
-		w.close(false)
+		w.close()
 		return g, nil, err
 	}
 	if !s.addWaiter(w) {
-		w.close(false)
+		w.close()
 		return dlock.Grant{}, nil, errorf(dlock.ErrClosed, "%s backend is closed", s.e.d.Name)
 	}
 	return dlock.Grant{}, w, err
@@ -505,7 +505,8 @@ func (s *Sessions) Release(ctx context.Context, h dlock.Hold) error {
 	if c == nil {
 		return s.e.Release(ctx, h)
 	}
-	found, unlocked, err := s.d.Release(ctx, c, s.e.table, se.key, h)
+	// Seen through like a grant (see attempt).
+	found, unlocked, err := s.d.Release(context.WithoutCancel(ctx), c, s.e.table, se.key, h)
 	if err != nil || !unlocked {
 		discard(c)
 	} else {
@@ -575,7 +576,14 @@ type sessionWaiter struct {
 	// remaining is the lease left to the row's holder when c held the
 	// advisory lock but the row was refused.
 	remaining time.Duration
-	ended     bool
+	// sub and changed (taken before the last grant attempt) report the
+	// changes that other connections commit, when the engine has a Feed:
+	// a row refused to the holder of the advisory lock may be freed by a
+	// hold that lives on the row only.
+	sub      Subscription
+	changed  <-chan struct{}
+	fallback time.Duration // without a Feed: the next delay of looking again
+	ended    bool
 }
 
 // attempt makes an attempt on the waiter's connection (taking one if it
@@ -604,10 +612,17 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		granted bool
 		err     error
 	)
+	// A statement that writes is seen through, not interrupted by ctx:
+	// a grant made on the server and lost to a cancellation would stay
+	// on the row until its TTL ran out.
+	wctx := context.WithoutCancel(ctx)
 	if w.locked {
-		g, granted, err = s.e.attempt(ctx, w.c, w.req, noSeq)
+		if w.sub != nil {
+			w.changed = w.sub.Changed()
+		}
+		g, granted, err = s.e.attempt(wctx, w.c, w.req, noSeq)
 	} else {
-		w.locked, g, granted, err = s.d.First(ctx, w.c, &w.info, s.e.table, w.key, w.req, ttlMillis(w.req.TTL))
+		w.locked, g, granted, err = s.d.First(wctx, w.c, &w.info, s.e.table, w.key, w.req, ttlMillis(w.req.TTL))
 	}
 	if err != nil {
 		discard(w.c)
@@ -720,11 +735,31 @@ func (w *sessionWaiter) Wait(ctx context.Context) error {
 			return ctx.Err()
 		}
 	case w.locked:
-		t := time.NewTimer(max(w.remaining, 0) + time.Millisecond)
+		// The row is held by another owner: a holder whose connection
+		// died (or a lease-mode holder) until its lease runs out, or an
+		// owner's re-entry on another Backend until it releases.
+		bound := max(w.remaining, 0) + time.Millisecond
+		if feed := w.s.e.local.feed; feed != nil {
+			if w.sub == nil {
+				sub, err := feed.Subscribe(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					return w.s.e.wrap(err)
+				}
+				w.sub = sub
+				return nil // look again, with the subscription taken first
+			}
+		} else {
+			w.fallback = min(max(2*w.fallback, fallbackMin), fallbackMax)
+			bound = min(bound, w.fallback)
+		}
+		t := time.NewTimer(bound)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return nil
+		case <-w.changed:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -744,6 +779,7 @@ func (w *sessionWaiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if err == nil {
 		w.ended = true
 		w.s.removeWaiter(w)
+		w.close()
 	}
 	return g, err
 }
@@ -758,12 +794,16 @@ func (w *sessionWaiter) Cancel(ctx context.Context) error {
 	}
 	w.ended = true
 	w.s.removeWaiter(w)
-	return w.close(true)
+	return w.close()
 }
 
-// close ends the waiter's connection; see Cancel.
-func (w *sessionWaiter) close(interrupt bool) error {
+// close ends the waiter's subscription and connection; see Cancel.
+func (w *sessionWaiter) close() error {
 	s := w.s
+	if w.sub != nil {
+		w.sub.Close()
+		w.sub, w.changed = nil, nil
+	}
 	var err error
 	if w.lockCh != nil {
 		w.interrupted = true
