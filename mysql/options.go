@@ -97,3 +97,12 @@ func resolve(opts []Option) (config, error) {
 	}
 	return cfg, nil
 }
+
+// SessionLockName returns the user-level lock name that session mode uses
+// for the lock name in lease table table (its key on the backend: with
+// the Client's namespace, if any): "dlock:" and 58 hex digits of
+// SHA-256(table, name), as lock names are limited to 64 characters.
+// IS_USED_LOCK(SessionLockName(table, name)) is the connection holding it.
+func SessionLockName(table, name string) string {
+	return sqllock.MySQLSession.Key(table, name).(string)
+}

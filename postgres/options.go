@@ -97,3 +97,16 @@ func resolve(opts []Option) (config, error) {
 	}
 	return cfg, nil
 }
+
+// SessionKey returns the advisory lock key that session mode uses for the
+// lock name in lease table table (its key on the backend: with the
+// Client's namespace, if any): the first 8 bytes of SHA-256(table, name)
+// as a bigint. It finds the connection that holds a lock:
+//
+//	SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+//		AND (classid::bigint << 32 | objid::bigint) = key & x'ffffffffffffffff'::bigint
+//
+// or more simply with pg_try_advisory_lock(key) from a session of your own.
+func SessionKey(table, name string) int64 {
+	return sqllock.PostgresSession(nil).Key(table, name).(int64)
+}
