@@ -89,7 +89,13 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxIdleConns(8)
-	db.SetConnMaxIdleTime(time.Minute)
+	idle := time.Minute
+	if w, err := strconv.Atoi(mc.Params["wait_timeout"]); err == nil && w > 0 {
+		// Drop idle connections before the server does: a connection it
+		// closed fails the next statement.
+		idle = min(idle, time.Duration(w)*time.Second/2)
+	}
+	db.SetConnMaxIdleTime(idle)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, openError(desc, err)
