@@ -77,30 +77,14 @@ func sessionEnv(t *testing.T) sessiontest.Env {
 			}
 		},
 		Holder: holder,
-		Owned:  func(t *testing.T) string { return query(t, `SELECT count(*) FROM dlock_locks WHERE owner <> ''`) },
-		Restart: func(t *testing.T) {
-			if err := srv.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.Restart(); err != nil {
-				t.Fatal(err)
-			}
-		},
+		Query:  query,
+		Server: srv,
 	}
 }
 
-// TestSessionKilled: KILL of the holding connection; see sessiontest.Cut.
-// The loss is reported by the next renewal (TTL/3).
-func TestSessionKilled(t *testing.T) { sessiontest.Cut(t, sessionEnv(t)) }
-
-// TestSessionRestart: see sessiontest.Restart.
-func TestSessionRestart(t *testing.T) { sessiontest.Restart(t, sessionEnv(t)) }
-
-// TestSessionCancelRace: see sessiontest.CancelRace.
-func TestSessionCancelRace(t *testing.T) { sessiontest.CancelRace(t, sessionEnv(t)) }
-
-// TestSessionReentryElsewhere: see sessiontest.ReentryElsewhere.
-func TestSessionReentryElsewhere(t *testing.T) { sessiontest.ReentryElsewhere(t, sessionEnv(t)) }
+// TestSessionFaults runs the session fault scenarios of package
+// sessiontest, each on a server of its own. Cut is KILL of the holding connection: the loss is reported by the next renewal (TTL/3).
+func TestSessionFaults(t *testing.T) { sessiontest.Run(t, sessionEnv) }
 
 // TestSessionURL: ?mode=session selects session mode; a bad mode is an
 // error naming the backend.

@@ -71,17 +71,14 @@ func Session() Option {
 	return optionFunc(func(c *config) { c.session = true })
 }
 
-// mode sets the mode by its URL name: "lease" (the default) or "session".
+// mode sets the mode by its URL name (see sqllock.ParseMode).
 func mode(name string) Option {
 	return optionFunc(func(c *config) {
-		switch name {
-		case "lease", "":
-			c.session = false
-		case "session":
-			c.session = true
-		default:
-			c.errs = append(c.errs, fmt.Sprintf("mode %q is not \"lease\" or \"session\"", name))
+		session, err := sqllock.ParseMode(name)
+		if err != nil {
+			c.errs = append(c.errs, err.Error())
 		}
+		c.session = session
 	})
 }
 

@@ -25,10 +25,26 @@ type Env struct {
 	// Holder returns the server's id of the connection holding the
 	// advisory lock of name, or "" if none does.
 	Holder func(t *testing.T, name string) string
-	// Owned counts the rows of the lease table that have an owner.
-	Owned func(t *testing.T) string
-	// Restart kills the server and starts it again on the same data.
-	Restart func(t *testing.T)
+	// Query runs a query on the server's test database and returns the
+	// first column of its first row.
+	Query func(t *testing.T, query string) string
+	// Server is the server's process, killed and restarted on the same
+	// data by Restart.
+	Server interface {
+		Kill() error
+		Restart() error
+	}
+}
+
+// Run runs every scenario as a subtest, each on a server of its own
+// from newEnv.
+func Run(t *testing.T, newEnv func(t *testing.T) Env) {
+	for _, sc := range []struct {
+		name string
+		fn   func(*testing.T, Env)
+	}{{"Cut", Cut}, {"Restart", Restart}, {"CancelRace", CancelRace}, {"ReentryElsewhere", ReentryElsewhere}} {
+		t.Run(sc.name, func(t *testing.T) { sc.fn(t, newEnv(t)) })
+	}
 }
 
 // lockAt is a lease with the time it was granted.
@@ -127,7 +143,12 @@ func Restart(t *testing.T, env Env) {
 		}
 		leases = append(leases, l)
 	}
-	env.Restart(t)
+	if err := env.Server.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Server.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	for i, l := range leases {
 		name := fmt.Sprint("sess-restart", i)
 		select {
@@ -199,7 +220,7 @@ func CancelRace(t *testing.T, env Env) {
 		t.Fatal(err)
 	}
 	env.noAdvisory(t, "sess-cancel")
-	if n := env.Owned(t); n != "0" {
+	if n := env.Query(t, `SELECT count(*) FROM dlock_locks WHERE owner <> ''`); n != "0" {
 		t.Errorf("%s rows still owned after all were released", n)
 	}
 }

@@ -74,6 +74,18 @@ type ConnInfo struct {
 	Closed func() bool
 }
 
+// ParseMode parses the mode parameter of a backend's URL: "lease" (or
+// empty) is lease-table mode, "session" session mode.
+func ParseMode(name string) (session bool, err error) {
+	switch name {
+	case "lease", "":
+		return false, nil
+	case "session":
+		return true, nil
+	}
+	return false, fmt.Errorf("mode %q is not \"lease\" or \"session\"", name)
+}
+
 // KeyHash returns the SHA-256 of table and name, from which the session
 // dialects derive their advisory lock keys.
 func KeyHash(table, name string) [32]byte {
