@@ -223,8 +223,8 @@ func TestSessionStatements(t *testing.T) {
 		}
 	}
 	var g, g2 dlock.Grant
-	// GET_LOCK(key, 0), then INSERT … ON DUPLICATE KEY UPDATE.
-	measure("acquire", 2, func() {
+	// INSERT … SELECT … WHERE GET_LOCK(key, 0) = 1 ON DUPLICATE KEY UPDATE.
+	measure("acquire", 1, func() {
 		if g, _, err = b.Acquire(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +245,8 @@ func TestSessionStatements(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	// GET_LOCK, the re-entry UPDATE (not the owner's), the holder's row.
+	// The conditional upsert (no lock), the re-entry UPDATE (not the
+	// owner's), the holder's row for the error.
 	measure("try while held (refused, with the holder)", 3, func() {
 		_, _, err := b.Acquire(ctx, dlock.Request{Name: req.Name, Owner: "other", TTL: time.Second})
 		if !errors.Is(err, dlock.ErrNotAcquired) {

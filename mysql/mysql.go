@@ -91,9 +91,10 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 	db.SetMaxIdleConns(8)
 	idle := time.Minute
 	if w, err := strconv.Atoi(mc.Params["wait_timeout"]); err == nil && w > 0 {
-		// Drop idle connections before the server does: a connection it
-		// closed fails the next statement.
-		idle = min(idle, time.Duration(w)*time.Second/2)
+		// Drop idle connections well before the server does (database/sql
+		// looks for them only every idle time): a connection it closed
+		// can fail the next statement.
+		idle = min(idle, time.Duration(w)*time.Second/4)
 	}
 	db.SetConnMaxIdleTime(idle)
 	if err := db.PingContext(ctx); err != nil {

@@ -26,6 +26,10 @@ type SessionDialect struct {
 	// without a statement where it can.
 	Attach func(c *sql.Conn) (ConnInfo, error)
 
+	// ConnID, if set, reads the server's id of c (ConnInfo.ID) when a
+	// waiter needs it and Attach could not tell.
+	ConnID func(ctx context.Context, c *sql.Conn) (int64, error)
+
 	// First makes the first attempt of req on c, in one statement where
 	// the database allows: try the advisory lock without waiting; if
 	// taken, make the conditional grant on the lease row; if not, re-enter
@@ -34,9 +38,10 @@ type SessionDialect struct {
 	// info.ID.
 	First func(ctx context.Context, c *sql.Conn, info *ConnInfo, table string, key any, req dlock.Request, ttl int64) (locked bool, g dlock.Grant, granted bool, err error)
 
-	// Lock waits in the server until c holds the advisory lock. It
-	// returns an error if it was interrupted or c failed.
-	Lock func(ctx context.Context, c *sql.Conn, key any) error
+	// Lock waits in the server until c holds the advisory lock, for a
+	// hold of ttl milliseconds. It returns an error if it was interrupted
+	// or c failed.
+	Lock func(ctx context.Context, c *sql.Conn, key any, ttl int64) error
 
 	// Queued reports whether the connection info waits for (or holds) the
 	// advisory lock key, asked on another connection of db.
@@ -113,8 +118,8 @@ type Sessions struct {
 	bg sync.WaitGroup // timers' and watchers' work, waiters' Lock statements
 	mu sync.Mutex
 	// guarded by mu
-	held    map[string]*session // anchor sessions by name
-	waiters map[*sessionWaiter]struct{}
+	held    map[string]*session       // anchor sessions by name
+	waiting map[*sessionWaiter]func() // interrupts of the Lock statements in flight
 	report  func(dlock.Hold, error)
 	closed  bool
 	stop    chan struct{} // closes to end the watcher
@@ -150,7 +155,7 @@ const sessionWatch = 100 * time.Millisecond
 // Close closes e.
 func NewSessions(e *Engine, d SessionDialect) *Sessions {
 	s := &Sessions{e: e, d: d, db: e.db, held: make(map[string]*session),
-		waiters: make(map[*sessionWaiter]struct{}), stop: make(chan struct{})}
+		waiting: make(map[*sessionWaiter]func()), stop: make(chan struct{})}
 	s.bg.Add(1)
 	go s.watch()
 	return s
@@ -236,10 +241,7 @@ func (s *Sessions) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 		w.close()
 		return g, nil, err
 	}
-	if !s.addWaiter(w) {
-		w.close()
-		return dlock.Grant{}, nil, errorf(dlock.ErrClosed, "%s backend is closed", s.e.d.Name)
-	}
+
 	return dlock.Grant{}, w, err
 }
 
@@ -395,20 +397,19 @@ func (s *Sessions) watch() {
 	}
 }
 
-func (s *Sessions) addWaiter(w *sessionWaiter) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
+// interrupt sends the interrupt of the Lock statement on the connection
+// info: a cancel request out of band, or KILL QUERY from another
+// connection. An interrupt that does not go out is not an error: the
+// connection is closed afterwards anyway, which ends the wait on the
+// server's side.
+func (s *Sessions) interrupt(info ConnInfo) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if info.Cancel != nil {
+		info.Cancel(ctx)
+	} else if s.d.Interrupt != nil {
+		s.d.Interrupt(ctx, s.db, info)
 	}
-	s.waiters[w] = struct{}{}
-	return true
-}
-
-func (s *Sessions) removeWaiter(w *sessionWaiter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.waiters, w)
 }
 
 // ---------------------------------------------------------------------
@@ -551,17 +552,20 @@ func (s *Sessions) Close() error {
 	for _, se := range s.held {
 		held = append(held, se)
 	}
-	var ws []*sessionWaiter
-	for w := range s.waiters {
-		ws = append(ws, w)
+	var ws []func()
+	for _, interrupt := range s.waiting {
+		ws = append(ws, interrupt)
 	}
 	s.report = nil
 	s.mu.Unlock()
 	for _, se := range held {
 		s.kill(se, errorf(dlock.ErrClosed, "%s backend is closed", s.e.d.Name), false)
 	}
-	for _, w := range ws {
-		w.Cancel(context.Background())
+	// The waiters' Lock statements end; their owners' Cancel closes
+	// their connections (the Client cancels its waiters before it closes
+	// the backend).
+	for _, interrupt := range ws {
+		interrupt()
 	}
 	s.bg.Wait()
 	return s.e.Close()
@@ -681,13 +685,31 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 // their Acquire calls.
 func (w *sessionWaiter) startLock(ctx context.Context) error {
 	s := w.s
+	if w.info.ID == 0 && s.d.ConnID != nil {
+		id, err := s.d.ConnID(ctx, w.c)
+		if err != nil {
+			return s.e.wrap(err)
+		}
+		w.info.ID = id
+	}
 	ch := make(chan error, 1)
-	w.lockCh = ch
-	c, key := w.c, w.key
+	c, key, info, ttl := w.c, w.key, w.info, ttlMillis(w.req.TTL)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errorf(dlock.ErrClosed, "%s backend is closed", s.e.d.Name)
+	}
+	s.waiting[w] = func() { s.interrupt(info) }
 	s.bg.Add(1)
+	s.mu.Unlock()
+	w.lockCh = ch
 	go func() {
 		defer s.bg.Done()
-		ch <- s.d.Lock(context.Background(), c, key)
+		err := s.d.Lock(context.Background(), c, key, ttl)
+		s.mu.Lock()
+		delete(s.waiting, w)
+		s.mu.Unlock()
+		ch <- err
 	}()
 	delay := 500 * time.Microsecond
 	for {
@@ -790,7 +812,6 @@ func (w *sessionWaiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	g, err := w.attempt(ctx)
 	if err == nil {
 		w.ended = true
-		w.s.removeWaiter(w)
 		w.close()
 	}
 	return g, err
@@ -805,7 +826,6 @@ func (w *sessionWaiter) Cancel(ctx context.Context) error {
 		return nil
 	}
 	w.ended = true
-	w.s.removeWaiter(w)
 	return w.close()
 }
 
@@ -816,44 +836,31 @@ func (w *sessionWaiter) close() error {
 		w.sub.Close()
 		w.sub, w.changed = nil, nil
 	}
-	var err error
 	if w.lockCh != nil {
 		w.interrupted = true
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if w.info.Cancel != nil {
-			err = w.info.Cancel(ctx)
-		} else if s.d.Interrupt != nil {
-			err = s.d.Interrupt(ctx, s.db, w.info)
-		}
-		cancel()
-		if err != nil {
-			// The interrupt did not go out: closing the connection ends the
-			// wait on the server's side when it next writes to it.
-			err = nil
-		}
+		s.interrupt(w.info)
 		<-w.lockCh
 		w.lockCh = nil
 		w.locked = true // it may have been granted at the same moment
 	}
-	if w.c == nil {
-		return err
-	}
 	c := w.c
 	w.c = nil
-	if !w.locked {
+	switch {
+	case c == nil:
+	case !w.locked:
 		giveBack(c)
-		return err
-	}
-	if w.interrupted {
+	case w.interrupted:
+		// The interrupt may still be on its way and would hit the next
+		// statement: close the connection, which frees the lock.
 		discard(c)
-		return err
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := s.d.Unlock(ctx, c, w.key); err != nil {
+			discard(c)
+		} else {
+			giveBack(c)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, uerr := s.d.Unlock(ctx, c, w.key); uerr != nil {
-		discard(c)
-		return err
-	}
-	giveBack(c)
-	return err
+	return nil
 }

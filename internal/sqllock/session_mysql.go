@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/dlock-dev/dlock"
@@ -15,9 +16,10 @@ import (
 // (GET_LOCK) named "dlock:" + the first 58 hex digits of SHA-256(table,
 // name), as lock names are limited to 64 characters.
 //
-// A first attempt is two statements (GET_LOCK(key, 0) and the row's
-// grant or re-entry), a renewal and a release one each (the release calls
-// RELEASE_LOCK inside its UPDATE). A waiting Lock is one GET_LOCK with a
+// A first attempt is one statement when the lock is free (the row's
+// conditional grant, made only if GET_LOCK(key, 0) succeeds), a renewal
+// and a release one each (the release calls RELEASE_LOCK inside its
+// UPDATE). A waiting Lock is one GET_LOCK with a
 // timeout of a year, interrupted with KILL QUERY from another connection.
 // MariaDB (and MySQL 8) grant user locks to their waiters in order.
 var MySQLSession = SessionDialect{
@@ -26,8 +28,9 @@ var MySQLSession = SessionDialect{
 		return "dlock:" + hex.EncodeToString(h[:])[:58]
 	},
 	Attach: func(*sql.Conn) (ConnInfo, error) { return ConnInfo{}, nil },
+	ConnID: myConnID,
 	First:  myFirst,
-	Lock: func(ctx context.Context, c *sql.Conn, key any) error {
+	Lock: func(ctx context.Context, c *sql.Conn, key any, _ int64) error {
 		var got sql.NullInt64
 		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 31536000)`, key).Scan(&got); err != nil {
 			return err
@@ -115,16 +118,52 @@ WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_a
 	return s
 }
 
-func myFirst(ctx context.Context, c *sql.Conn, info *ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
-	var got sql.NullInt64
-	if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0), CONNECTION_ID()`, key).Scan(&got, &info.ID); err != nil {
+// mySessionUpsert is the dialect's one-statement acquisition (see
+// mysqlUpsert) made conditional on GET_LOCK(key, 0): its INSERT … VALUES
+// becomes INSERT … SELECT … FROM DUAL WHERE GET_LOCK(?, 0) = 1, so that
+// without the lock the statement touches nothing (0 rows affected) and
+// with it the row is granted or refused as in lease-table mode.
+// Arguments: name, owner, ttl, key, then mysqlUpsert's after its VALUES.
+func mySessionUpsert(table string) string {
+	if q, ok := mySessionUpserts.Load(table); ok {
+		return q.(string)
+	}
+	q := mysqlUpsert(table)
+	i := strings.Index(q, "\nVALUES (")
+	j := strings.Index(q, ")\nON DUPLICATE KEY UPDATE")
+	q = q[:i] + "\nSELECT " + q[i+len("\nVALUES ("):j] + " FROM DUAL WHERE GET_LOCK(?, 0) = 1" + q[j+1:]
+	mySessionUpserts.Store(table, q)
+	return q
+}
+
+var mySessionUpserts sync.Map // table → string
+
+// myFirst is the first attempt: one statement when the lock is free (the
+// conditional upsert), two when it is taken (then the owner's re-entry).
+func myFirst(ctx context.Context, c *sql.Conn, _ *ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
+	o := req.Owner
+	res, err := c.ExecContext(ctx, mySessionUpsert(table),
+		req.Name, o, ttl, key,
+		o, req.Name, noSeq,
+		o,
+		o,
+		o, ttl, ttl,
+		o)
+	if err != nil {
 		return false, dlock.Grant{}, false, err
 	}
-	if got.Int64 == 1 {
-		g, ok, err := mysqlAttempt(ctx, c, table, req, ttl, noSeq)
-		return true, g, ok, err
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, dlock.Grant{}, false, err
 	}
-	res, err := c.ExecContext(ctx, myStmts(table).reenter, ttl, req.Name, req.Owner)
+	if n > 0 { // GET_LOCK succeeded
+		id, err := res.LastInsertId()
+		if err != nil || id == 0 {
+			return true, dlock.Grant{}, false, err
+		}
+		return true, unpack(id), true, nil
+	}
+	res, err = c.ExecContext(ctx, myStmts(table).reenter, ttl, req.Name, req.Owner)
 	if err != nil {
 		return false, dlock.Grant{}, false, err
 	}
@@ -132,5 +171,17 @@ func myFirst(ctx context.Context, c *sql.Conn, info *ConnInfo, table string, key
 	if err != nil || id == 0 {
 		return false, dlock.Grant{}, false, err
 	}
-	return false, dlock.Grant{Token: uint64(id) >> holdsBits, Count: int(id & (1<<holdsBits - 1))}, true, nil
+	return false, unpack(id), true, nil
+}
+
+// unpack reads a grant packed in the last-insert id (see MySQL).
+func unpack(id int64) dlock.Grant {
+	return dlock.Grant{Token: uint64(id) >> holdsBits, Count: int(id & (1<<holdsBits - 1))}
+}
+
+// myConnID reads the connection's id, which KILL QUERY needs.
+func myConnID(ctx context.Context, c *sql.Conn) (int64, error) {
+	var id int64
+	err := c.QueryRowContext(ctx, `SELECT CONNECTION_ID()`).Scan(&id)
+	return id, err
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/dlock-dev/dlock"
@@ -80,6 +81,12 @@ var pgSessionStmts sync.Map // table → *pgSessionStatements
 const pgIdle = `CASE WHEN current_setting('server_version_num')::int >= 140000
 	THEN set_config('idle_session_timeout', ?, false) END`
 
+// pgIdleIf is pgIdle only if the boolean expression cond is true.
+func pgIdleIf(cond string) string {
+	return `CASE WHEN ` + cond + ` AND current_setting('server_version_num')::int >= 140000
+	THEN set_config('idle_session_timeout', ?, false) END`
+}
+
 func pgStmts(table string) *pgSessionStatements {
 	if s, ok := pgSessionStmts.Load(table); ok {
 		return s.(*pgSessionStatements)
@@ -90,7 +97,8 @@ func pgStmts(table string) *pgSessionStatements {
 		// g: with it, the conditional grant on the row (see the engine's
 		// upsert). r: without it, a re-entry of the owner's row.
 		// Args: key, idle; name, owner, ttl, set's, cond's; ttl, name, owner.
-		first: bind(`WITH a AS MATERIALIZED (SELECT pg_try_advisory_lock(?) AS ok, ` + pgIdle + ` AS idle),
+		first: bind(`WITH t AS MATERIALIZED (SELECT pg_try_advisory_lock(?) AS ok),
+a AS MATERIALIZED (SELECT t.ok, ` + pgIdleIf("t.ok") + ` AS idle FROM t),
 g AS (
 	INSERT INTO {L} AS l (name, owner, holds, token, expires_at)
 	SELECT ?, ?, 1, 1, {NOW} + ? FROM a WHERE a.ok
@@ -146,8 +154,10 @@ func pgFirst(ctx context.Context, c *sql.Conn, _ *ConnInfo, table string, key an
 	return locked, dlock.Grant{Token: uint64(token.Int64), Count: int(holds.Int64)}, true, nil
 }
 
-func pgLock(ctx context.Context, c *sql.Conn, key any) error {
-	_, err := c.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+// pgLock waits for the advisory lock and sets the idle timeout of a
+// holder; if the wait is interrupted, the setting is rolled back with it.
+func pgLock(ctx context.Context, c *sql.Conn, key any, ttl int64) error {
+	_, err := c.ExecContext(ctx, `SELECT pg_advisory_lock($1), `+strings.Replace(pgIdle, "?", "$2", 1), key, pgIdleArg(ttl))
 	return err
 }
 
