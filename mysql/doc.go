@@ -54,9 +54,11 @@
 // IS_USED_LOCK of it is the holding connection. The lease table is still
 // used, with the same rows as lease-table mode:
 //
-//   - A grant needs both the user lock and the row: GET_LOCK(name, 0),
-//     then the conditional upsert of lease-table mode (token + 1 for a new
-//     holder), autocommitted before the grant is reported.
+//   - A grant needs both the user lock and the row: the first attempt is
+//     one statement, the conditional upsert of lease-table mode (token + 1
+//     for a new holder) as INSERT … SELECT … FROM DUAL WHERE
+//     GET_LOCK(name, 0) = 1 ON DUPLICATE KEY UPDATE, autocommitted before
+//     the grant is reported; no row affected means the lock is taken.
 //   - The Deadline promise: when a holder's connection dies the server
 //     frees its user lock at once, but the old client may still believe it
 //     holds the lock until its own deadline. The row records the holder and
@@ -96,8 +98,9 @@
 //
 // Budget: one connection per held lock plus one per waiter; size
 // max_connections for it. Close closes them all. Statements (counted in
-// the tests): an uncontended acquisition 2, a re-entry on the same
-// Backend 1, a renewal 1, a release 1; a refused TryLock 3.
+// the tests): an uncontended acquisition 1, a re-entry on the same
+// Backend 1, a renewal 1, a release 1; a refused TryLock 3 (the attempt,
+// the owner's re-entry, the holder's row for the error).
 //
 // # Schema
 //
