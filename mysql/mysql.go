@@ -164,7 +164,7 @@ func checkFoundRows(ctx context.Context, db *sql.DB) error {
 }
 
 func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config, onClose func() error) (*Backend, error) {
-	e, err := sqllock.New(ctx, db, sqllock.MySQL, sqllock.Config{
+	e, err := sqllock.New(ctx, db, myDialect, sqllock.Config{
 		Table:         cfg.table,
 		WaiterTimeout: cfg.waiterTimeout,
 		Desc:          desc,
@@ -180,7 +180,7 @@ func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config, onClos
 			e.Close()
 			return nil, err
 		}
-		b.s = sqllock.NewSessions(e, sqllock.MySQLSession)
+		b.s = sqllock.NewSessions(e, mySession)
 		b.s.MaxTTL = 2 * time.Duration(wait) * time.Second
 	}
 	return b, nil
@@ -212,7 +212,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return sqllock.Migrate(ctx, db, sqllock.MySQL, cfg.table)
+	return sqllock.Migrate(ctx, db, myDialect, cfg.table)
 }
 
 // String describes the backend: "mysql 127.0.0.1:3306/db" (no user or
@@ -304,7 +304,7 @@ func openError(desc string, err error) error {
 func (e *openErr) Error() string { return e.desc + ": " + e.err.Error() }
 
 func (e *openErr) Unwrap() []error {
-	if sqllock.MySQL.Classify(e.err) == sqllock.Other {
+	if myDialect.Classify(e.err) == sqllock.Other {
 		return []error{e.err}
 	}
 	return []error{dlock.ErrBackendUnavailable, e.err}

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -101,5 +102,6 @@ func resolve(opts []Option) (config, error) {
 // SHA-256(table, name), as lock names are limited to 64 characters.
 // IS_USED_LOCK(SessionLockName(table, name)) is the connection holding it.
 func SessionLockName(table, name string) string {
-	return sqllock.MySQLSession.Key(table, name).(string)
+	h := sqllock.KeyHash(table, name)
+	return "dlock:" + hex.EncodeToString(h[:])[:58]
 }

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"time"
@@ -105,5 +106,6 @@ func resolve(opts []Option) (config, error) {
 //
 // or more simply with pg_try_advisory_lock(key) from a session of your own.
 func SessionKey(table, name string) int64 {
-	return sqllock.PostgresSession(nil).Key(table, name).(int64)
+	h := sqllock.KeyHash(table, name)
+	return int64(binary.BigEndian.Uint64(h[:8]))
 }

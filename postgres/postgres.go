@@ -204,9 +204,9 @@ func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config,
 	listen func(context.Context) (*pgx.Conn, func(), error), onClose func() error) (*Backend, error) {
 	var feed sqllock.Feed
 	if listen != nil {
-		feed = newListenFeed(sqllock.PostgresChannel(cfg.table), listen)
+		feed = newListenFeed(channel(cfg.table), listen)
 	}
-	e, err := sqllock.New(ctx, db, sqllock.PostgreSQL, sqllock.Config{
+	e, err := sqllock.New(ctx, db, pgDialect, sqllock.Config{
 		Table:         cfg.table,
 		WaiterTimeout: cfg.waiterTimeout,
 		Desc:          desc,
@@ -221,7 +221,7 @@ func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config,
 	}
 	b := &Backend{e: e, desc: desc}
 	if cfg.session {
-		b.s = sqllock.NewSessions(e, sqllock.PostgresSession(func(pc *pgconn.PgConn) bool {
+		b.s = sqllock.NewSessions(e, sessionDialect(func(pc *pgconn.PgConn) bool {
 			return closedByServer(pc.Conn())
 		}))
 	}
@@ -261,7 +261,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return sqllock.Migrate(ctx, db, sqllock.PostgreSQL, cfg.table)
+	return sqllock.Migrate(ctx, db, pgDialect, cfg.table)
 }
 
 // String describes the backend: "postgres 127.0.0.1:5432/db" (no user or
@@ -356,7 +356,7 @@ func openError(desc string, err error) error {
 func (e *openErr) Error() string { return e.desc + ": " + e.err.Error() }
 
 func (e *openErr) Unwrap() []error {
-	if sqllock.PostgreSQL.Classify(e.err) == sqllock.Other {
+	if pgDialect.Classify(e.err) == sqllock.Other {
 		return []error{e.err}
 	}
 	return []error{dlock.ErrBackendUnavailable, e.err}

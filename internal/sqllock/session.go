@@ -263,7 +263,7 @@ func (s *Sessions) reenter(ctx context.Context, req dlock.Request) (dlock.Grant,
 	)
 	err := s.e.write(ctx, func(ctx context.Context) error {
 		var err error
-		g, ok, err = s.e.attempt(ctx, &s.e.pool, req, noSeq)
+		g, ok, err = s.e.attempt(ctx, &s.e.pool, req, NoSeq)
 		return err
 	})
 	if err == nil && ok {
@@ -636,7 +636,7 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		if w.sub != nil {
 			w.changed = w.sub.Changed()
 		}
-		g, granted, err = s.e.attempt(wctx, w.c, w.req, noSeq)
+		g, granted, err = s.e.attempt(wctx, w.c, w.req, NoSeq)
 	} else {
 		w.locked, g, granted, err = s.d.First(wctx, w.c, &w.info, s.e.table, w.key, w.req, ttlMillis(w.req.TTL))
 	}
@@ -659,7 +659,7 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		s.e.local.forget(w.req.Name)
 		return s.newSession(w.req, w.key, c, w.info, g, sent)
 	}
-	st, err := s.e.state(ctx, &s.e.pool, w.req.Name, noSeq)
+	st, err := s.e.state(ctx, &s.e.pool, w.req.Name, NoSeq)
 	if err != nil {
 		return dlock.Grant{}, s.e.wrap(err)
 	}

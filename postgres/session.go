@@ -1,20 +1,20 @@
-package sqllock
+package postgres
 
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// PostgresSession is session mode on PostgreSQL through pgx's database/sql
+// sessionDialect is session mode on PostgreSQL through pgx's database/sql
 // driver: a session-level advisory lock (pg_advisory_lock) on a 64-bit key,
 // the first 8 bytes of SHA-256(table, name).
 //
@@ -24,14 +24,11 @@ import (
 // client that vanished without closing it soon after its lease has run
 // out; the release sets it back to 0.
 //
-// closed, if set, peeks at a connection's socket (see ConnInfo.Closed).
-func PostgresSession(closed func(pc *pgconn.PgConn) bool) SessionDialect {
-	return SessionDialect{
-		Key: func(table, name string) any {
-			h := KeyHash(table, name)
-			return int64(binary.BigEndian.Uint64(h[:8]))
-		},
-		Attach: func(c *sql.Conn) (ConnInfo, error) {
+// closed, if set, peeks at a connection's socket (see sqllock.ConnInfo.Closed).
+func sessionDialect(closed func(pc *pgconn.PgConn) bool) sqllock.SessionDialect {
+	return sqllock.SessionDialect{
+		Key: func(table, name string) any { return SessionKey(table, name) },
+		Attach: func(c *sql.Conn) (sqllock.ConnInfo, error) {
 			var pc *pgconn.PgConn
 			err := c.Raw(func(dc any) error {
 				sc, ok := dc.(*stdlib.Conn)
@@ -42,9 +39,9 @@ func PostgresSession(closed func(pc *pgconn.PgConn) bool) SessionDialect {
 				return nil
 			})
 			if err != nil {
-				return ConnInfo{}, err
+				return sqllock.ConnInfo{}, err
 			}
-			info := ConnInfo{ID: int64(pc.PID()), Cancel: pc.CancelRequest}
+			info := sqllock.ConnInfo{ID: int64(pc.PID()), Cancel: pc.CancelRequest}
 			if closed != nil {
 				info.Closed = func() bool { return closed(pc) }
 			}
@@ -91,7 +88,7 @@ func pgStmts(table string) *pgSessionStatements {
 	if s, ok := pgSessionStmts.Load(table); ok {
 		return s.(*pgSessionStatements)
 	}
-	bind := binder(PostgreSQL, table)
+	bind := sqllock.Bind(pgDialect, table)
 	s := &pgSessionStatements{
 		// a: the advisory lock, tried once (MATERIALIZED: evaluated once).
 		// g: with it, the conditional grant on the row (see the engine's
@@ -103,8 +100,8 @@ g AS (
 	INSERT INTO {L} AS l (name, owner, holds, token, expires_at)
 	SELECT ?, ?, 1, 1, {NOW} + ? FROM a WHERE a.ok
 	ON CONFLICT (name) DO UPDATE SET
-	` + setSQL + `
-	WHERE ` + condSQL + `
+	` + sqllock.SetSQL + `
+	WHERE ` + sqllock.CondSQL + `
 	RETURNING l.token, l.holds),
 r AS (
 	UPDATE {L} AS l SET holds = l.holds + 1, expires_at = {MAX}(l.expires_at, {NOW} + ?)
@@ -136,10 +133,10 @@ FROM (VALUES (1)) v LEFT JOIN u ON true`),
 
 func pgIdleArg(ttl int64) string { return strconv.FormatInt(ttl+1000, 10) }
 
-func pgFirst(ctx context.Context, c *sql.Conn, _ *ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
+func pgFirst(ctx context.Context, c *sql.Conn, _ *sqllock.ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
 	args := []any{key, pgIdleArg(ttl), req.Name, req.Owner, ttl}
-	args = append(args, setArgs(req.Owner, ttl)...)
-	args = append(args, condArgs(req.Owner, req.Name, noSeq)...)
+	args = append(args, sqllock.SetArgs(req.Owner, ttl)...)
+	args = append(args, sqllock.CondArgs(req.Owner, req.Name, sqllock.NoSeq)...)
 	args = append(args, ttl, req.Name, req.Owner)
 	var (
 		locked       bool
@@ -167,7 +164,7 @@ func pgKeyParts(key any) (int64, int64) {
 	return int64(k >> 32), int64(k & 0xffffffff)
 }
 
-func pgQueued(ctx context.Context, db *sql.DB, info ConnInfo, key any) (bool, error) {
+func pgQueued(ctx context.Context, db *sql.DB, info sqllock.ConnInfo, key any) (bool, error) {
 	hi, lo := pgKeyParts(key)
 	var ok bool
 	err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = $1

@@ -1,18 +1,18 @@
-package sqllock
+package mysql
 
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/sqllock"
 )
 
-// MySQLSession is session mode on MySQL 8 and MariaDB: a user-level lock
+// mySession is session mode on MySQL 8 and MariaDB: a user-level lock
 // (GET_LOCK) named "dlock:" + the first 58 hex digits of SHA-256(table,
 // name), as lock names are limited to 64 characters.
 //
@@ -22,12 +22,9 @@ import (
 // UPDATE). A waiting Lock is one GET_LOCK with a
 // timeout of a year, interrupted with KILL QUERY from another connection.
 // MariaDB (and MySQL 8) grant user locks to their waiters in order.
-var MySQLSession = SessionDialect{
-	Key: func(table, name string) any {
-		h := KeyHash(table, name)
-		return "dlock:" + hex.EncodeToString(h[:])[:58]
-	},
-	Attach: func(*sql.Conn) (ConnInfo, error) { return ConnInfo{}, nil },
+var mySession = sqllock.SessionDialect{
+	Key:    func(table, name string) any { return SessionLockName(table, name) },
+	Attach: func(*sql.Conn) (sqllock.ConnInfo, error) { return sqllock.ConnInfo{}, nil },
 	ConnID: myConnID,
 	First:  myFirst,
 	Lock: func(ctx context.Context, c *sql.Conn, key any, _ int64) error {
@@ -40,7 +37,7 @@ var MySQLSession = SessionDialect{
 		}
 		return nil
 	},
-	Queued: func(ctx context.Context, db *sql.DB, info ConnInfo, key any) (bool, error) {
+	Queued: func(ctx context.Context, db *sql.DB, info sqllock.ConnInfo, key any) (bool, error) {
 		var n int
 		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND STATE = 'User lock'`, info.ID).Scan(&n)
 		return n > 0, err
@@ -73,7 +70,7 @@ var MySQLSession = SessionDialect{
 		err := c.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, key).Scan(&got)
 		return got.Int64 == 1, err
 	},
-	Interrupt: func(ctx context.Context, db *sql.DB, info ConnInfo) error {
+	Interrupt: func(ctx context.Context, db *sql.DB, info sqllock.ConnInfo) error {
 		if info.ID == 0 {
 			return errors.New("connection id unknown")
 		}
@@ -92,7 +89,7 @@ func myStmts(table string) *mySessionStatements {
 	if s, ok := mySessionStmts.Load(table); ok {
 		return s.(*mySessionStatements)
 	}
-	bind := binder(MySQL, table)
+	bind := sqllock.Bind(myDialect, table)
 	s := &mySessionStatements{
 		// The owner's row re-entered, the result packed in the last-insert
 		// id as in the dialect's Attempt. Args: ttl, name, owner.
@@ -140,11 +137,11 @@ var mySessionUpserts sync.Map // table → string
 
 // myFirst is the first attempt: one statement when the lock is free (the
 // conditional upsert), two when it is taken (then the owner's re-entry).
-func myFirst(ctx context.Context, c *sql.Conn, _ *ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
+func myFirst(ctx context.Context, c *sql.Conn, _ *sqllock.ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
 	o := req.Owner
 	res, err := c.ExecContext(ctx, mySessionUpsert(table),
 		req.Name, o, ttl, key,
-		o, req.Name, noSeq,
+		o, req.Name, sqllock.NoSeq,
 		o,
 		o,
 		o, ttl, ttl,
@@ -174,7 +171,7 @@ func myFirst(ctx context.Context, c *sql.Conn, _ *ConnInfo, table string, key an
 	return false, unpack(id), true, nil
 }
 
-// unpack reads a grant packed in the last-insert id (see MySQL).
+// unpack reads a grant packed in the last-insert id (see myDialect).
 func unpack(id int64) dlock.Grant {
 	return dlock.Grant{Token: uint64(id) >> holdsBits, Count: int(id & (1<<holdsBits - 1))}
 }
