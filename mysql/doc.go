@@ -81,7 +81,7 @@
 //     gets to it; the clean connection goes back to the pool.
 //   - Waiting: a blocked Lock waits in GET_LOCK with a timeout of a year
 //     on its own connection — no polling — and Acquire returns once the
-//     server shows it waiting ("User lock" in the process list). MariaDB
+//     server shows it waiting ("User lock" in SHOW PROCESSLIST). MariaDB
 //     grants user locks to their waiters in the order they asked (its
 //     metadata-lock queue; tested here with 8 waiters), so [dlock.Fair]
 //     holds in session mode without the waiters table. A cancelled wait is

@@ -241,7 +241,6 @@ func (s *Sessions) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 		w.close()
 		return g, nil, err
 	}
-
 	return dlock.Grant{}, w, err
 }
 
@@ -267,6 +266,13 @@ func (s *Sessions) reenter(ctx context.Context, req dlock.Request) (dlock.Grant,
 		return err
 	})
 	if err == nil && ok {
+		if g.Count == 1 {
+			// The last other hold was released meanwhile and the row was
+			// taken over afresh, on the advisory lock se still holds.
+			s.mu.Lock()
+			se.token = g.Token
+			s.mu.Unlock()
+		}
 		g.Handle = &sessionHandle{s: se}
 		s.extend(se, sent.Add(req.TTL))
 		return g, true, nil
@@ -290,6 +296,10 @@ func (s *Sessions) newSession(req dlock.Request, key any, c *sql.Conn, info Conn
 	if s.closed {
 		s.mu.Unlock()
 		discard(c)
+		// Free the row granted a moment ago rather than leave it to its TTL.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.e.Release(ctx, dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token})
 		return dlock.Grant{}, errorf(dlock.ErrClosed, "%s backend is closed", s.e.d.Name)
 	}
 	if old := s.held[req.Name]; old != nil && !old.dead {
@@ -348,6 +358,7 @@ func (s *Sessions) kill(se *session, cause error, locked bool) {
 	}
 	se.timer.Stop()
 	report := s.report
+	h := dlock.Hold{Name: se.name, Owner: se.owner, Token: se.token}
 	s.mu.Unlock()
 	if !locked {
 		se.cmu.Lock()
@@ -360,7 +371,7 @@ func (s *Sessions) kill(se *session, cause error, locked bool) {
 		se.cmu.Unlock()
 	}
 	if report != nil {
-		report(dlock.Hold{Name: se.name, Owner: se.owner, Token: se.token}, cause)
+		report(h, cause)
 	}
 }
 
