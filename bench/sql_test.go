@@ -31,79 +31,94 @@ import (
 // so it is not in the run.
 //
 //	cd bench && go test -run XXX -bench 'Postgres|MariaDB' -benchtime 2000x
+//
+// The "dlock-session" rows are the same in session mode (postgres.Session:
+// an advisory lock on a connection of its own per held lock and per
+// waiter).
 func BenchmarkPostgres(b *testing.B) {
 	dsn := os.Getenv("PG_DSN")
 	if dsn == "" {
 		dsn = testserver.Postgres(b).TestDSN()
 	}
-	b.Run("dlock", func(b *testing.B) {
-		b.Run("Statements", func(b *testing.B) {
-			cfg, err := pgxpool.ParseConfig(dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			cnt := new(pgCounter)
-			cfg.ConnConfig.Tracer = cnt
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer pool.Close()
-			be, err := postgres.NewPool(pool)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer be.Close()
-			statements(b, be, &cnt.n)
+	for _, mode := range []struct {
+		name string
+		opts []postgres.Option
+	}{{"dlock", nil}, {"dlock-session", []postgres.Option{postgres.Session()}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			b.Run("Statements", func(b *testing.B) {
+				cfg, err := pgxpool.ParseConfig(dsn)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cnt := new(pgCounter)
+				cfg.ConnConfig.Tracer = cnt
+				pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pool.Close()
+				be, err := postgres.NewPool(pool, mode.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer be.Close()
+				statements(b, be, &cnt.n)
+			})
+			dlocktest.Bench(b, func(t testing.TB) dlock.Backend {
+				be, err := postgres.Open(dsn, mode.opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return be
+			})
 		})
-		dlocktest.Bench(b, func(t testing.TB) dlock.Backend {
-			be, err := postgres.Open(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return be
-		})
-	})
+	}
 }
 
 // BenchmarkMariaDB runs the same workloads on dlock's mysql backend
 // against one MariaDB server — the one at MYSQL_DSN (a go-sql-driver DSN),
 // or one started for the run. Statements are counted at the database/sql
-// driver interface.
+// driver interface. "dlock-session" is session mode (mysql.Session:
+// GET_LOCK on a connection of its own per held lock and per waiter).
 func BenchmarkMariaDB(b *testing.B) {
 	dsn := os.Getenv("MYSQL_DSN")
 	if dsn == "" {
 		dsn = testserver.MariaDB(b).DSN()
 	}
-	b.Run("dlock", func(b *testing.B) {
-		b.Run("Statements", func(b *testing.B) {
-			mc, err := gomysql.ParseDSN(dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			mc.ClientFoundRows, mc.InterpolateParams = true, true
-			base, err := gomysql.NewConnector(mc)
-			if err != nil {
-				b.Fatal(err)
-			}
-			cnt := &countingConnector{Connector: base}
-			db := sql.OpenDB(cnt)
-			defer db.Close()
-			be, err := mysql.New(db)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer be.Close()
-			statements(b, be, &cnt.n)
+	for _, mode := range []struct {
+		name string
+		opts []mysql.Option
+	}{{"dlock", nil}, {"dlock-session", []mysql.Option{mysql.Session()}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			b.Run("Statements", func(b *testing.B) {
+				mc, err := gomysql.ParseDSN(dsn)
+				if err != nil {
+					b.Fatal(err)
+				}
+				mc.ClientFoundRows, mc.InterpolateParams = true, true
+				base, err := gomysql.NewConnector(mc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cnt := &countingConnector{Connector: base}
+				db := sql.OpenDB(cnt)
+				defer db.Close()
+				be, err := mysql.New(db, mode.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer be.Close()
+				statements(b, be, &cnt.n)
+			})
+			dlocktest.Bench(b, func(t testing.TB) dlock.Backend {
+				be, err := mysql.Open(dsn, mode.opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return be
+			})
 		})
-		dlocktest.Bench(b, func(t testing.TB) dlock.Backend {
-			be, err := mysql.Open(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return be
-		})
-	})
+	}
 }
 
 // statements measures the statements of b.N uncontended acquisitions and
@@ -119,7 +134,7 @@ func statements(b *testing.B, be dlock.Backend, n *atomic.Int64) {
 			b.Fatal(err)
 		}
 		mid := n.Load()
-		if err := be.Release(ctx, dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}); err != nil {
+		if err := be.Release(ctx, dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}); err != nil {
 			b.Fatal(err)
 		}
 		if i >= 2 { // the first rounds prepare the statements

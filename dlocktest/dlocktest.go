@@ -61,6 +61,12 @@ func Watchdog(d time.Duration) Option { return func(c *config) { c.watchdog = d 
 // item makes (default 200).
 func Grants(n int) Option { return func(c *config) { c.grants = n } }
 
+// Names sets how many distinct names the many-names item holds at once
+// (default 1000), for backends where every held lock costs a scarce
+// resource — a database connection in the SQL backends' session mode.
+// n is at least 10.
+func Names(n int) Option { return func(c *config) { c.names = max(n, 10) } }
+
 // NoLeakCheck turns off the goroutine-leak check that follows every
 // subtest, for backends whose client library keeps goroutines that
 // outlive their closing (say why where you use it).

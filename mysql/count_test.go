@@ -181,3 +181,86 @@ func TestStatements(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionStatements counts the statements of session mode at the
+// driver.
+func TestSessionStatements(t *testing.T) {
+	srv := testserver.MariaDB(t)
+	mc, err := gomysql.ParseDSN(srv.DSN() + "?clientFoundRows=true&interpolateParams=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := gomysql.NewConnector(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := &countingConnector{Connector: base}
+	db := sql.OpenDB(cnt)
+	defer db.Close()
+	b, err := mysql.New(db, mysql.Session())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	req := dlock.Request{Name: "stmts", Owner: "o", TTL: 10 * time.Second}
+	for range 2 { // warm up the pool
+		g, _, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	measure := func(what string, want int64, fn func()) {
+		before := cnt.n.Load()
+		fn()
+		n := cnt.n.Load() - before
+		t.Logf("%s: %d statement(s)", what, n)
+		if n != want {
+			t.Errorf("%s took %d statements, want %d", what, n, want)
+		}
+	}
+	var g, g2 dlock.Grant
+	// INSERT … SELECT … WHERE GET_LOCK(key, 0) = 1 ON DUPLICATE KEY UPDATE.
+	measure("acquire", 1, func() {
+		if g, _, err = b.Acquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	h := dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}
+	measure("re-entry", 1, func() {
+		if g2, _, err = b.Acquire(ctx, req); err != nil || g2.Token != g.Token || g2.Count != 2 {
+			t.Fatalf("re-entry: %+v, %v", g2, err)
+		}
+	})
+	measure("inner release", 1, func() {
+		if err := b.Release(ctx, dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g2.Token, Handle: g2.Handle}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	measure("renew", 1, func() {
+		if err := b.Renew(ctx, h, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The conditional upsert (no lock), the re-entry UPDATE (not the
+	// owner's), the holder's row for the error.
+	measure("try while held (refused, with the holder)", 3, func() {
+		_, _, err := b.Acquire(ctx, dlock.Request{Name: req.Name, Owner: "other", TTL: time.Second})
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+	})
+	// One UPDATE that also calls RELEASE_LOCK.
+	measure("release", 1, func() {
+		if err := b.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var free int
+	if err := db.QueryRowContext(ctx, `SELECT IS_FREE_LOCK(?)`, mysql.SessionLockName(mysql.DefaultTable, req.Name)).Scan(&free); err != nil || free != 1 {
+		t.Errorf("IS_FREE_LOCK after the release: %d, %v", free, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -16,6 +17,7 @@ import (
 // safe for concurrent use; see the package doc for what it guarantees.
 type Backend struct {
 	e    *sqllock.Engine
+	s    *sqllock.Sessions // session mode; nil in lease-table mode
 	desc string
 }
 
@@ -23,7 +25,15 @@ var (
 	_ dlock.Backend      = (*Backend)(nil)
 	_ dlock.BatchRenewer = (*Backend)(nil)
 	_ dlock.Inspector    = (*Backend)(nil)
+	_ dlock.LossReporter = (*Backend)(nil)
 )
+
+// DefaultSessionWaitTimeout is the wait_timeout that Open sets in session
+// mode unless the DSN sets one: the server closes a connection idle for
+// longer, and so frees the lock of a client that vanished without
+// closing its connection. A holder's connection is busy with a renewal
+// every TTL/3, so TTLs up to twice this are accepted.
+const DefaultSessionWaitTimeout = 60 * time.Second
 
 // setupTimeout bounds connecting and creating the tables when the caller
 // gives no context (Open, New).
@@ -64,6 +74,14 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 	if mc.Timeout == 0 {
 		mc.Timeout = DefaultConnectTimeout
 	}
+	if cfg.session {
+		if mc.Params == nil {
+			mc.Params = make(map[string]string)
+		}
+		if _, ok := mc.Params["wait_timeout"]; !ok {
+			mc.Params["wait_timeout"] = strconv.Itoa(int(DefaultSessionWaitTimeout / time.Second))
+		}
+	}
 	desc := "mysql " + mc.Addr + "/" + mc.DBName
 	conn, err := mysql.NewConnector(mc)
 	if err != nil {
@@ -71,7 +89,14 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 	}
 	db := sql.OpenDB(conn)
 	db.SetMaxIdleConns(8)
-	db.SetConnMaxIdleTime(time.Minute)
+	idle := time.Minute
+	if w, err := strconv.Atoi(mc.Params["wait_timeout"]); err == nil && w > 0 {
+		// Drop idle connections well before the server does (database/sql
+		// looks for them only every idle time): a connection it closed
+		// can fail the next statement.
+		idle = min(idle, time.Duration(w)*time.Second/4)
+	}
+	db.SetConnMaxIdleTime(idle)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, openError(desc, err)
@@ -139,7 +164,7 @@ func checkFoundRows(ctx context.Context, db *sql.DB) error {
 }
 
 func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config, onClose func() error) (*Backend, error) {
-	e, err := sqllock.New(ctx, db, sqllock.MySQL, sqllock.Config{
+	e, err := sqllock.New(ctx, db, myDialect, sqllock.Config{
 		Table:         cfg.table,
 		WaiterTimeout: cfg.waiterTimeout,
 		Desc:          desc,
@@ -148,7 +173,17 @@ func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config, onClos
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{e: e, desc: desc}, nil
+	b := &Backend{e: e, desc: desc}
+	if cfg.session {
+		var wait int64
+		if err := db.QueryRowContext(ctx, `SELECT @@SESSION.wait_timeout`).Scan(&wait); err != nil {
+			e.Close()
+			return nil, err
+		}
+		b.s = sqllock.NewSessions(e, mySession)
+		b.s.MaxTTL = 2 * time.Duration(wait) * time.Second
+	}
+	return b, nil
 }
 
 // describe returns "mysql host:port/db" as the server reports it.
@@ -177,7 +212,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return sqllock.Migrate(ctx, db, sqllock.MySQL, cfg.table)
+	return sqllock.Migrate(ctx, db, myDialect, cfg.table)
 }
 
 // String describes the backend: "mysql 127.0.0.1:3306/db" (no user or
@@ -191,23 +226,35 @@ func (b *Backend) Table() string { return b.e.Table() }
 // statement (INSERT … ON DUPLICATE KEY UPDATE, the result in the
 // last-insert id) when granted.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	if b.s != nil {
+		return b.s.Acquire(ctx, req)
+	}
 	return b.e.Acquire(ctx, req)
 }
 
 // Renew extends the hold h to ttl from now by the database's clock: one
 // UPDATE, checked by owner, token and expiry.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	if b.s != nil {
+		return b.s.Renew(ctx, h, ttl)
+	}
 	return b.e.Renew(ctx, h, ttl)
 }
 
 // RenewBatch renews many holds in one transaction; see [dlock.BatchRenewer].
 func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	if b.s != nil {
+		return b.s.RenewBatch(ctx, rs)
+	}
 	return b.e.RenewBatch(ctx, rs)
 }
 
 // Release gives up one hold of h: one UPDATE, checked by owner, token and
 // expiry. The waiters of this process are woken at once.
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	if b.s != nil {
+		return b.s.Release(ctx, h)
+	}
 	return b.e.Release(ctx, h)
 }
 
@@ -219,7 +266,26 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 
 // Close closes the connections Open opened (not a *sql.DB given to New).
 // It does not release held locks.
-func (b *Backend) Close() error { return b.e.Close() }
+func (b *Backend) Close() error {
+	if b.s != nil {
+		return b.s.Close()
+	}
+	return b.e.Close()
+}
+
+// ReportLoss registers the Client's loss handler; see
+// [dlock.LossReporter]. In session mode the Backend reports a hold lost
+// as soon as it learns that the connection carrying it is gone (a
+// renewal on it failed, or its lease ran out without a renewal); in
+// lease-table mode it never calls it.
+func (b *Backend) ReportLoss(handler func(dlock.Hold, error)) {
+	if b.s != nil {
+		b.s.ReportLoss(handler)
+	}
+}
+
+// Session reports whether the Backend is in session mode (see [Session]).
+func (b *Backend) Session() bool { return b.s != nil }
 
 // openErr is an error of Open or New: it names the server, and matches
 // dlock.ErrBackendUnavailable when the database cannot be reached or used.
@@ -238,7 +304,7 @@ func openError(desc string, err error) error {
 func (e *openErr) Error() string { return e.desc + ": " + e.err.Error() }
 
 func (e *openErr) Unwrap() []error {
-	if sqllock.MySQL.Classify(e.err) == sqllock.Other {
+	if myDialect.Classify(e.err) == sqllock.Other {
 		return []error{e.err}
 	}
 	return []error{dlock.ErrBackendUnavailable, e.err}

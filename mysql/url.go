@@ -31,6 +31,7 @@ func init() {
 //
 //	table=NAME            the lease table (Table)
 //	waiter_timeout=DUR    a Go duration (WaiterTimeout)
+//	mode=lease|session    lease-table mode (the default) or session mode (Session)
 //	socket=PATH           connect over the Unix socket PATH instead of TCP
 //
 // All others are go-sql-driver/mysql DSN parameters (tls, charset, a
@@ -59,6 +60,10 @@ func ParseURL(u *url.URL) (cfg *mysql.Config, opts []Option, err error) {
 		}
 		opts = append(opts, WaiterTimeout(d))
 		q.Del("waiter_timeout")
+	}
+	if vs, ok := q["mode"]; ok {
+		opts = append(opts, mode(vs[len(vs)-1]))
+		q.Del("mode")
 	}
 	network, addr := "tcp", u.Host
 	if vs, ok := q["socket"]; ok {

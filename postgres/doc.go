@@ -1,6 +1,7 @@
 // Package postgres is a dlock backend on PostgreSQL (12 or later) through
 // pgx (github.com/jackc/pgx/v5): a lease table, shared with the other SQL
-// backends through one engine, with LISTEN/NOTIFY wake-ups.
+// backends through one engine, with LISTEN/NOTIFY wake-ups; or, in session
+// mode, advisory locks held by dedicated connections.
 //
 //	b, err := postgres.Open("postgres://app@db:5432/app?sslmode=disable")
 //	c := dlock.New(b)
@@ -42,6 +43,72 @@
 // wake when the holder's remaining lease, as the database computed it,
 // has passed, because an expiry commits nothing. Nobody polls at a fixed
 // interval.
+//
+// # Session mode
+//
+// With the [Session] option (URL: ?mode=session) every held lock is a
+// session-level advisory lock held by one dedicated connection, taken out
+// of the pool for as long as it carries the lock and never given back
+// while it does (a pooled connection must not carry an advisory lock to
+// another goroutine). The key is a bigint, the first 8 bytes of
+// SHA-256(table, name) ([SessionKey]); two names of a table share a key —
+// and so wait for each other, never break exclusion — with a probability
+// of about 2^-64 per pair. The lease table is still used, with the same
+// rows as lease-table mode:
+//
+//   - A grant needs both the advisory lock and the row: the first attempt
+//     is one statement that tries the advisory lock and, if it got it,
+//     makes the conditional upsert of lease-table mode (token + 1 for a new
+//     holder), autocommitted before the grant is reported.
+//   - The Deadline promise: when a holder's connection dies the server
+//     frees its advisory lock at once, but the old client may still
+//     believe it holds the lock until its own deadline. The row records
+//     the holder and expires_at, so the next holder, though it has the
+//     advisory lock, is granted only once that row has expired by the
+//     database's clock — after the old holder's Deadline.
+//   - Reentrancy by explicit owner counts on the row and returns the same
+//     token. On the same Backend the inner holds ride on the outer hold's
+//     connection; on another Backend (another process) the first attempt
+//     re-enters the owner's row in the same statement and the hold lives
+//     on the row alone; the lock is free when the last hold is released.
+//   - Renewal is one statement on the holding connection: an UPDATE of
+//     expires_at that checks in pg_locks that this connection
+//     (pg_backend_pid()) still holds the advisory lock. An UPDATE that
+//     matches nothing, or any failure of the connection, is a lost lease.
+//     A watcher peeks at the sockets of holding connections every 100 ms
+//     without a round trip, so a connection ended by the server
+//     (pg_terminate_backend, a shutdown or restart) is reported lost within
+//     about that time through [dlock.LossReporter] (Done closes, Err says
+//     why), not only at the next renewal. A hold whose lease runs out
+//     without a renewal has its connection closed, so its advisory lock
+//     never outlives its row.
+//   - Release is one statement: the row's UPDATE (owner cleared at the
+//     last hold) and pg_advisory_unlock; the clean connection goes back
+//     to the pool. A connection that might still hold the lock is closed.
+//   - Waiting: a blocked Lock waits in pg_advisory_lock on its own
+//     connection — no polling — and Acquire returns only once the server
+//     has queued it (it looks in pg_locks), so PostgreSQL's lock queue,
+//     which grants advisory locks in the order they were requested, makes
+//     [dlock.Fair] hold in session mode without the waiters table (Fair
+//     changes nothing there). A cancelled wait sends a cancel request; if
+//     the lock was granted at that moment, the connection is closed, which
+//     frees it. The statements that grant and release are seen through
+//     rather than interrupted, so a cancellation never leaves an owned row
+//     behind.
+//   - Idle connections: while a connection holds a lock its
+//     idle_session_timeout (PostgreSQL 14 and later) is the TTL + 1 s, so
+//     the server ends the connection of a client that vanished without
+//     closing its socket once its lease has run out (renewals keep it
+//     busy every TTL/3); the release resets it. A client that exits or
+//     crashes closes its socket and frees its locks at once; a waiter that
+//     vanished with its host is bounded only by TCP keepalives
+//     (tcp_keepalives_idle on the server).
+//
+// Budget: one connection per held lock plus one per waiter, and the
+// listener; size max_connections for it. Close closes them all. Statements
+// (counted in the tests): an uncontended acquisition 1, a re-entry on the
+// same Backend 1, a renewal 1, a release 1; a refused TryLock 2 (the
+// attempt and the holder's row for the error).
 //
 // # Schema
 //

@@ -167,7 +167,13 @@ func TestServerRestart(t *testing.T) {
 // TestProcesses: two OS processes with many goroutines each increment a
 // counter row under one lock by reading it and writing it back; the
 // counter ends exact.
-func TestProcesses(t *testing.T) {
+func TestProcesses(t *testing.T) { processes(t, false) }
+
+// TestProcessesSession is TestProcesses in session mode: the workers'
+// Backends hold the lock with advisory locks on their own connections.
+func TestProcessesSession(t *testing.T) { processes(t, true) }
+
+func processes(t *testing.T, session bool) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("in a worker")
 	}
@@ -180,6 +186,9 @@ func TestProcesses(t *testing.T) {
 	for p := range procs {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), childEnv+"="+srv.TestDSN(), fmt.Sprintf("DLOCK_CHILD_WORK=%d,%d", goroutines, rounds))
+		if session {
+			cmd.Env = append(cmd.Env, childSessionEnv+"=1")
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -210,7 +219,12 @@ func TestProcesses(t *testing.T) {
 	}
 }
 
-// TestChild is a worker process of TestProcesses.
+// childSessionEnv, when set in a worker, makes its Backend use session
+// mode.
+const childSessionEnv = "DLOCK_CHILD_SESSION"
+
+// TestChild is a worker process of TestProcesses and
+// TestProcessesSession.
 func TestChild(t *testing.T) {
 	dsn := os.Getenv(childEnv)
 	if dsn == "" {
@@ -218,7 +232,12 @@ func TestChild(t *testing.T) {
 	}
 	var goroutines, rounds int
 	fmt.Sscanf(os.Getenv("DLOCK_CHILD_WORK"), "%d,%d", &goroutines, &rounds)
-	c := client(t, dsn)
+	var c *dlock.Client
+	if os.Getenv(childSessionEnv) != "" {
+		c = sessionClient(t, dsn)
+	} else {
+		c = client(t, dsn)
+	}
 	db := openDB(t, dsn)
 	ctx := context.Background()
 	var wg sync.WaitGroup

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	table         string
 	waiterTimeout time.Duration
+	session       bool
 	errs          []string
 }
 
@@ -60,6 +62,27 @@ func WaiterTimeout(d time.Duration) Option {
 	})
 }
 
+// Session puts the Backend in session mode: every held lock is a
+// session-level advisory lock held by one connection of its own, taken out
+// of the pool for as long as it carries the lock, and a blocked Lock waits
+// in the server's queue for it. The lease table still gives the fencing
+// token, the reentry count and the holder's expiry. See the package doc,
+// "Session mode". The URL form is ?mode=session.
+func Session() Option {
+	return optionFunc(func(c *config) { c.session = true })
+}
+
+// mode sets the mode by its URL name (see sqllock.ParseMode).
+func mode(name string) Option {
+	return optionFunc(func(c *config) {
+		session, err := sqllock.ParseMode(name)
+		if err != nil {
+			c.errs = append(c.errs, err.Error())
+		}
+		c.session = session
+	})
+}
+
 func resolve(opts []Option) (config, error) {
 	cfg := config{table: DefaultTable}
 	for _, o := range opts {
@@ -71,4 +94,18 @@ func resolve(opts []Option) (config, error) {
 		return cfg, invalid("%s", strings.Join(cfg.errs, "; "))
 	}
 	return cfg, nil
+}
+
+// SessionKey returns the advisory lock key that session mode uses for the
+// lock name in lease table table (its key on the backend: with the
+// Client's namespace, if any): the first 8 bytes of SHA-256(table, name)
+// as a bigint. It finds the connection that holds a lock:
+//
+//	SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+//		AND (classid::bigint << 32 | objid::bigint) = key & x'ffffffffffffffff'::bigint
+//
+// or more simply with pg_try_advisory_lock(key) from a session of your own.
+func SessionKey(table, name string) int64 {
+	h := sqllock.KeyHash(table, name)
+	return int64(binary.BigEndian.Uint64(h[:8]))
 }

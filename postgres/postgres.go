@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -21,6 +22,7 @@ import (
 // concurrent use; see the package doc for what it guarantees.
 type Backend struct {
 	e    *sqllock.Engine
+	s    *sqllock.Sessions // session mode; nil in lease-table mode
 	desc string
 }
 
@@ -28,6 +30,7 @@ var (
 	_ dlock.Backend      = (*Backend)(nil)
 	_ dlock.BatchRenewer = (*Backend)(nil)
 	_ dlock.Inspector    = (*Backend)(nil)
+	_ dlock.LossReporter = (*Backend)(nil)
 )
 
 // setupTimeout bounds connecting and creating the tables when the caller
@@ -201,9 +204,9 @@ func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config,
 	listen func(context.Context) (*pgx.Conn, func(), error), onClose func() error) (*Backend, error) {
 	var feed sqllock.Feed
 	if listen != nil {
-		feed = newListenFeed(sqllock.PostgresChannel(cfg.table), listen)
+		feed = newListenFeed(channel(cfg.table), listen)
 	}
-	e, err := sqllock.New(ctx, db, sqllock.PostgreSQL, sqllock.Config{
+	e, err := sqllock.New(ctx, db, pgDialect, sqllock.Config{
 		Table:         cfg.table,
 		WaiterTimeout: cfg.waiterTimeout,
 		Desc:          desc,
@@ -216,7 +219,13 @@ func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config,
 		}
 		return nil, err
 	}
-	return &Backend{e: e, desc: desc}, nil
+	b := &Backend{e: e, desc: desc}
+	if cfg.session {
+		b.s = sqllock.NewSessions(e, sessionDialect(func(pc *pgconn.PgConn) bool {
+			return closedByServer(pc.Conn())
+		}))
+	}
+	return b, nil
 }
 
 // describe returns "postgres host:port/db" as the server reports it.
@@ -252,7 +261,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return sqllock.Migrate(ctx, db, sqllock.PostgreSQL, cfg.table)
+	return sqllock.Migrate(ctx, db, pgDialect, cfg.table)
 }
 
 // String describes the backend: "postgres 127.0.0.1:5432/db" (no user or
@@ -265,17 +274,26 @@ func (b *Backend) Table() string { return b.e.Table() }
 // Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
 // statement (INSERT … ON CONFLICT DO UPDATE … RETURNING) when granted.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	if b.s != nil {
+		return b.s.Acquire(ctx, req)
+	}
 	return b.e.Acquire(ctx, req)
 }
 
 // Renew extends the hold h to ttl from now by the database's clock: one
 // UPDATE, checked by owner, token and expiry.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	if b.s != nil {
+		return b.s.Renew(ctx, h, ttl)
+	}
 	return b.e.Renew(ctx, h, ttl)
 }
 
 // RenewBatch renews many holds in one transaction; see [dlock.BatchRenewer].
 func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	if b.s != nil {
+		return b.s.RenewBatch(ctx, rs)
+	}
 	return b.e.RenewBatch(ctx, rs)
 }
 
@@ -283,6 +301,9 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 // expiry. The waiters of this process are woken at once; a trigger
 // NOTIFYs those of other processes when the lock is freed.
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	if b.s != nil {
+		return b.s.Release(ctx, h)
+	}
 	return b.e.Release(ctx, h)
 }
 
@@ -295,7 +316,26 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 // Close stops the backend's listener and closes the connections it opened
 // (not a *sql.DB or pool given to New or NewPool). It does not release
 // held locks.
-func (b *Backend) Close() error { return b.e.Close() }
+func (b *Backend) Close() error {
+	if b.s != nil {
+		return b.s.Close()
+	}
+	return b.e.Close()
+}
+
+// ReportLoss registers the Client's loss handler; see
+// [dlock.LossReporter]. In session mode the Backend reports a hold lost
+// as soon as it learns that the connection carrying it is gone (the
+// server closed it, a renewal on it failed, or its lease ran out without
+// a renewal); in lease-table mode it never calls it.
+func (b *Backend) ReportLoss(handler func(dlock.Hold, error)) {
+	if b.s != nil {
+		b.s.ReportLoss(handler)
+	}
+}
+
+// Session reports whether the Backend is in session mode (see [Session]).
+func (b *Backend) Session() bool { return b.s != nil }
 
 // openErr is an error of Open, New or NewPool: it names the server, and
 // matches dlock.ErrBackendUnavailable when the database cannot be reached
@@ -316,7 +356,7 @@ func openError(desc string, err error) error {
 func (e *openErr) Error() string { return e.desc + ": " + e.err.Error() }
 
 func (e *openErr) Unwrap() []error {
-	if sqllock.PostgreSQL.Classify(e.err) == sqllock.Other {
+	if pgDialect.Classify(e.err) == sqllock.Other {
 		return []error{e.err}
 	}
 	return []error{dlock.ErrBackendUnavailable, e.err}

@@ -29,6 +29,7 @@ func init() {
 //
 //	table=NAME            the lease table (Table)
 //	waiter_timeout=DUR    a Go duration (WaiterTimeout)
+//	mode=lease|session    lease-table mode (the default) or session mode (Session)
 //
 // Example: postgres://app:secret@db.example:5432/app?sslmode=require&table=locks
 func ParseURL(u *url.URL) (dsn string, opts []Option, err error) {
@@ -50,6 +51,10 @@ func ParseURL(u *url.URL) (dsn string, opts []Option, err error) {
 		}
 		opts = append(opts, WaiterTimeout(d))
 		q.Del("waiter_timeout")
+	}
+	if vs, ok := q["mode"]; ok {
+		opts = append(opts, mode(vs[len(vs)-1]))
+		q.Del("mode")
 	}
 	v := *u
 	v.RawQuery = q.Encode()

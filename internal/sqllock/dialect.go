@@ -152,11 +152,12 @@ func classifySQLite(err error) ErrorClass {
 		}
 		return Other
 	}
-	return classifyCommon(err)
+	return ClassifyCommon(err)
 }
 
-// classifyCommon classifies the errors of database/sql itself.
-func classifyCommon(err error) ErrorClass {
+// ClassifyCommon classifies the errors of database/sql itself; dialects
+// fall back to it.
+func ClassifyCommon(err error) ErrorClass {
 	switch {
 	case errors.Is(err, driver.ErrBadConn):
 		return Retry

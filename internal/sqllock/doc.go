@@ -1,8 +1,12 @@
-// Package sqllock is the lease-table lock engine shared by dlock's SQL
-// backends (sqlite now; postgres and mysql later): one implementation of the
-// SQL logic over database/sql, with a small [Dialect] for what differs
-// between databases (placeholders, the clock expression, RETURNING, the
-// statement that starts a writing transaction, the schema, error codes).
+// Package sqllock is the lock engine shared by dlock's SQL backends
+// (sqlite, postgres, mysql): one implementation of the SQL logic over
+// database/sql, with a small [Dialect] for what differs between databases
+// (placeholders, the clock expression, RETURNING, the statement that starts
+// a writing transaction, the schema, error codes). The dialects of
+// PostgreSQL and MySQL live in their backends' packages, so that a program
+// that uses only sqlite links neither driver. [Sessions] is session mode
+// (an advisory lock held by a dedicated connection, plus the lease row), with
+// a [SessionDialect] per database.
 //
 // # Tables
 //

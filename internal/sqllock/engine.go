@@ -178,7 +178,7 @@ func (e *Engine) classify(err error) ErrorClass {
 	if e.d.Classify != nil {
 		return e.d.Classify(err)
 	}
-	return classifyCommon(err)
+	return ClassifyCommon(err)
 }
 
 // retry runs fn until it returns anything but a Retry error, backing off
@@ -345,9 +345,9 @@ func queryOne(ctx context.Context, q querier, query string, args []any, dest ...
 // ---------------------------------------------------------------------
 // Acquiring.
 
-// noSeq is the queue position of a request that is not in the fair queue:
+// NoSeq is the queue position of a request that is not in the fair queue:
 // behind every queued waiter.
-const noSeq = math.MaxInt64
+const NoSeq = math.MaxInt64
 
 // ttlMillis converts a TTL to whole milliseconds, rounding up.
 func ttlMillis(d time.Duration) int64 {
@@ -375,8 +375,8 @@ func (e *Engine) attempt(ctx context.Context, q querier, req dlock.Request, seq 
 	}
 	var g dlock.Grant
 	if e.d.Returning {
-		args := append([]any{req.Name, req.Owner, ttl}, setArgs(req.Owner, ttl)...)
-		args = append(args, condArgs(req.Owner, req.Name, seq)...)
+		args := append([]any{req.Name, req.Owner, ttl}, SetArgs(req.Owner, ttl)...)
+		args = append(args, CondArgs(req.Owner, req.Name, seq)...)
 		ok, err := queryOne(ctx, q, e.q.upsert, args, &g.Token, &g.Count)
 		return g, ok, err
 	}
@@ -386,8 +386,8 @@ func (e *Engine) attempt(ctx context.Context, q querier, req dlock.Request, seq 
 		if _, err := c.ExecContext(ctx, e.q.ensure, req.Name); err != nil {
 			return false, err
 		}
-		args := append(setArgs(req.Owner, ttl), req.Name)
-		args = append(args, condArgs(req.Owner, req.Name, seq)...)
+		args := append(SetArgs(req.Owner, ttl), req.Name)
+		args = append(args, CondArgs(req.Owner, req.Name, seq)...)
 		res, err := c.ExecContext(ctx, e.q.update, args...)
 		if err != nil {
 			return false, err
@@ -482,7 +482,7 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 		)
 		err := e.write(ctx, func(ctx context.Context) error {
 			var err error
-			g, ok, err = e.attempt(ctx, &e.pool, req, noSeq)
+			g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
 			return err
 		})
 		if err != nil {
@@ -494,7 +494,7 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 		}
 		err = e.retry(ctx, func(ctx context.Context) error {
 			var err error
-			s, err = e.state(ctx, &e.pool, req.Name, noSeq)
+			s, err = e.state(ctx, &e.pool, req.Name, NoSeq)
 			return err
 		})
 		if err != nil {
@@ -524,7 +524,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	if !(req.Fair && req.Wait) {
 		g, _, err := e.try(ctx, req)
 		if err != nil && req.Wait && errors.Is(err, dlock.ErrNotAcquired) {
-			return dlock.Grant{}, e.newWaiter(req, noSeq), err
+			return dlock.Grant{}, e.newWaiter(req, NoSeq), err
 		}
 		return g, nil, err
 	}
@@ -539,7 +539,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	// transaction that tries again first.
 	err := e.write(ctx, func(ctx context.Context) error {
 		var err error
-		g, ok, err = e.attempt(ctx, &e.pool, req, noSeq)
+		g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
 		return err
 	})
 	if err == nil && ok {
@@ -552,10 +552,10 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	err = e.write(ctx, func(ctx context.Context) error {
 		return e.tx(ctx, func(c *sql.Conn) error {
 			var err error
-			if g, ok, err = e.attempt(ctx, c, req, noSeq); err != nil || ok {
+			if g, ok, err = e.attempt(ctx, c, req, NoSeq); err != nil || ok {
 				return err
 			}
-			if s, err = e.state(ctx, c, req.Name, noSeq); err != nil {
+			if s, err = e.state(ctx, c, req.Name, NoSeq); err != nil {
 				return err
 			}
 			seq, err = e.enqueue(ctx, c, req)
@@ -603,7 +603,7 @@ func (e *Engine) lost(ctx context.Context, h dlock.Hold) error {
 	var s lockState
 	err := e.retry(ctx, func(ctx context.Context) error {
 		var err error
-		s, err = e.state(ctx, &e.pool, h.Name, noSeq)
+		s, err = e.state(ctx, &e.pool, h.Name, NoSeq)
 		return err
 	})
 	switch {

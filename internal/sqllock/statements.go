@@ -39,31 +39,39 @@ type statements struct {
 	inspect string
 }
 
-func newStatements(d Dialect, table string) statements {
-	waiters := WaitersTable(table)
-	r := strings.NewReplacer("{L}", table, "{W}", waiters, "{NOW}", d.Now, "{MAX}", d.Max)
-	rebind := func(q string) string {
+// Bind returns the function that writes a statement of the engine for
+// dialect d and lease table table: the table names, the clock and the
+// placeholders.
+func Bind(d Dialect, table string) func(string) string {
+	r := strings.NewReplacer("{L}", table, "{W}", WaitersTable(table), "{NOW}", d.Now, "{MAX}", d.Max)
+	return func(q string) string {
 		q = r.Replace(q)
 		if d.Rebind != nil {
 			q = d.Rebind(q)
 		}
 		return q
 	}
+}
 
-	// set takes over (token + 1, holds 1) or re-enters (same token,
-	// holds + 1, the later expiry). Args: owner, owner, owner, ttl, ttl,
-	// owner. The assignments read only columns assigned after them, so
-	// that MySQL, which assigns left to right, means the same.
-	const set = `holds = CASE WHEN l.owner = ? AND l.expires_at > {NOW} THEN l.holds + 1 ELSE 1 END,
+// SetSQL takes over (token + 1, holds 1) or re-enters (same token,
+// holds + 1, the later expiry). Args: owner, owner, owner, ttl, ttl,
+// owner ([SetArgs]). The assignments read only columns assigned after
+// them, so that MySQL, which assigns left to right, means the same.
+const SetSQL = `holds = CASE WHEN l.owner = ? AND l.expires_at > {NOW} THEN l.holds + 1 ELSE 1 END,
 	token = CASE WHEN l.owner = ? AND l.expires_at > {NOW} THEN l.token ELSE l.token + 1 END,
 	expires_at = CASE WHEN l.owner = ? AND l.expires_at > {NOW} THEN {MAX}(l.expires_at, {NOW} + ?) ELSE {NOW} + ? END,
 	owner = ?`
-	// cond lets the owner re-enter, and anybody take a free or expired row
-	// when no live fair waiter is queued before seq. Args: owner, name,
-	// seq.
-	const cond = `(l.owner = ? AND l.expires_at > {NOW})
+
+// CondSQL lets the owner re-enter, and anybody take a free or expired row
+// when no live fair waiter is queued before seq. Args: owner, name, seq
+// ([CondArgs]).
+const CondSQL = `(l.owner = ? AND l.expires_at > {NOW})
 	OR ((l.owner = '' OR l.expires_at <= {NOW})
 		AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = ? AND w.seq < ? AND w.expires_at > {NOW}))`
+
+func newStatements(d Dialect, table string) statements {
+	rebind := Bind(d, table)
+	const set, cond = SetSQL, CondSQL
 
 	var s statements
 	s.upsert = rebind(`INSERT INTO {L} AS l (name, owner, holds, token, expires_at)
@@ -113,11 +121,11 @@ ORDER BY l.name`)
 	return s
 }
 
-// setArgs and condArgs are the arguments of set and cond.
-func setArgs(owner string, ttl int64) []any {
+// SetArgs and CondArgs are the arguments of SetSQL and CondSQL.
+func SetArgs(owner string, ttl int64) []any {
 	return []any{owner, owner, owner, ttl, ttl, owner}
 }
 
-func condArgs(owner, name string, seq int64) []any {
+func CondArgs(owner, name string, seq int64) []any {
 	return []any{owner, name, seq}
 }

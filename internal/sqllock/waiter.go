@@ -23,7 +23,7 @@ const (
 type waiter struct {
 	e     *Engine
 	req   dlock.Request
-	seq   int64 // the queue row; noSeq when not in the fair queue
+	seq   int64 // the queue row; NoSeq when not in the fair queue
 	fair  bool
 	slot  *slot        // the waiter's registration with Local
 	sub   Subscription // from the first Wait on; nil without a Feed
@@ -45,8 +45,8 @@ var errEnded = errors.New("waiter already ended by a grant or Cancel")
 
 func (e *Engine) newWaiter(req dlock.Request, seq int64) *waiter {
 	return &waiter{
-		e: e, req: req, seq: seq, fair: seq != noSeq,
-		slot: e.local.register(req.Name, seq != noSeq, seq),
+		e: e, req: req, seq: seq, fair: seq != NoSeq,
+		slot: e.local.register(req.Name, seq != NoSeq, seq),
 		beat: time.Now(),
 	}
 }

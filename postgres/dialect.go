@@ -1,4 +1,4 @@
-package sqllock
+package postgres
 
 import (
 	"errors"
@@ -7,22 +7,23 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// PostgreSQL is the dialect of PostgreSQL 12 or later through pgx
+// pgDialect is the dialect of PostgreSQL 12 or later through pgx
 // (github.com/jackc/pgx/v5/stdlib). now() is the start of the transaction
 // (of the statement, outside one): the same value everywhere in a
 // statement, and never later than the moment a statement that waited for
 // a row lock acts, so a take-over judged by it is never early.
 //
-// Its Schema also creates a trigger that sends NOTIFY on the channel
-// [PostgresChannel] whenever a lock is freed (its owner cleared) or a fair
+// Its Schema also creates a trigger that sends NOTIFY on the channel of
+// the lease table (see channel) whenever a lock is freed (its owner cleared) or a fair
 // waiter leaves the queue: the release stays one statement, and waiters in
 // other processes LISTEN instead of polling. The statements run under a
 // transaction-level advisory lock, so that processes that start at once
 // do not race on the catalog.
-var PostgreSQL = Dialect{
+var pgDialect = sqllock.Dialect{
 	Name:      "postgres",
 	Rebind:    rebindDollar,
 	Now:       "(floor(extract(epoch from now()) * 1000)::bigint)",
@@ -33,9 +34,9 @@ var PostgreSQL = Dialect{
 	Classify:  classifyPostgres,
 }
 
-// PostgresChannel returns the NOTIFY channel of lease table table: its
+// channel returns the NOTIFY channel of lease table table: its
 // name in lower case, as PostgreSQL folds unquoted identifiers.
-func PostgresChannel(table string) string { return strings.ToLower(table) }
+func channel(table string) string { return strings.ToLower(table) }
 
 // rebindDollar turns the i-th "?" into $i.
 func rebindDollar(q string) string {
@@ -54,7 +55,7 @@ func rebindDollar(q string) string {
 }
 
 func postgresSchema(locks, waiters string) []string {
-	ch := PostgresChannel(locks)
+	ch := channel(locks)
 	fn := locks + "_notify"
 	return []string{
 		// One creator at a time: CREATE … IF NOT EXISTS is not safe
@@ -94,7 +95,7 @@ $d$`,
 	}
 }
 
-func classifyPostgres(err error) ErrorClass {
+func classifyPostgres(err error) sqllock.ErrorClass {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
@@ -105,27 +106,27 @@ func classifyPostgres(err error) ErrorClass {
 			// connection terminated by pg_terminate_backend or a fast
 			// shutdown (a pooled connection that died while idle: the
 			// next attempt takes another)
-			return Retry
+			return sqllock.Retry
 		case strings.HasPrefix(pe.Code, "08"), // connection exception
 			strings.HasPrefix(pe.Code, "53"), // insufficient resources
 			strings.HasPrefix(pe.Code, "57"), // operator intervention: shutdown, terminated, cannot connect now
 			strings.HasPrefix(pe.Code, "28"), // invalid authorization
 			pe.Code == "3D000",               // database does not exist
 			pe.Code == "25006":               // read-only transaction (a standby)
-			return Unavailable
+			return sqllock.Unavailable
 		}
-		return Other
+		return sqllock.Other
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	switch {
 	case pgconn.SafeToRetry(err) && !errors.As(err, &ce):
-		return Retry // nothing was sent
+		return sqllock.Retry // nothing was sent
 	case errors.As(err, &ce), errors.As(err, &ne),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		strings.Contains(err.Error(), "conn closed"),
 		strings.Contains(err.Error(), "closed pool"):
-		return Unavailable
+		return sqllock.Unavailable
 	}
-	return classifyCommon(err)
+	return sqllock.ClassifyCommon(err)
 }

@@ -1,4 +1,4 @@
-package sqllock
+package mysql
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"sync"
 
 	"github.com/dlock-dev/dlock"
-
+	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/go-sql-driver/mysql"
 )
 
-// MySQL is the dialect of MySQL 8 and MariaDB 10.5 or later through
+// myDialect is the dialect of MySQL 8 and MariaDB 10.5 or later through
 // github.com/go-sql-driver/mysql. The DSN must set clientFoundRows=true:
 // an UPDATE that matched a row but changed nothing (a renewal within the
 // same millisecond) must count as done. The clock is UTC_TIMESTAMP(3),
@@ -26,7 +26,7 @@ import (
 // the OK packet's last-insert id, set with LAST_INSERT_ID(expr): 0 when
 // refused, else token << 20 | holds (tokens below 2^43, reentry counts
 // below 2^20). Renewals and releases are one UPDATE each.
-var MySQL = Dialect{
+var myDialect = sqllock.Dialect{
 	Name:         "mysql",
 	Now:          mysqlNow,
 	Max:          "GREATEST",
@@ -37,7 +37,7 @@ var MySQL = Dialect{
 	Classify:     classifyMySQL,
 }
 
-// mysqlNow is MySQL's Dialect.Now.
+// mysqlNow is MySQL's sqllock.Dialect.Now.
 const mysqlNow = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)"
 
 // mysqlUpserts caches the acquisition statement per lease table.
@@ -65,7 +65,7 @@ VALUES (?, ?, LAST_INSERT_ID(` + strconv.Itoa(1<<holdsBits|1) + `) - ` + strconv
 ON DUPLICATE KEY UPDATE
 	holds = IF(LAST_INSERT_ID(IF((owner = ? AND expires_at > ` + now + `)
 		OR ((owner = '' OR expires_at <= ` + now + `)
-			AND NOT EXISTS (SELECT 1 FROM ` + WaitersTable(table) + ` w WHERE w.name = ? AND w.seq < ? AND w.expires_at > ` + now + `)), 1, 0)) = 1,
+			AND NOT EXISTS (SELECT 1 FROM ` + sqllock.WaitersTable(table) + ` w WHERE w.name = ? AND w.seq < ? AND w.expires_at > ` + now + `)), 1, 0)) = 1,
 		CASE WHEN owner = ? AND expires_at > ` + now + ` THEN holds + 1 ELSE 1 END, holds),
 	token = IF(LAST_INSERT_ID() = 1, CASE WHEN owner = ? AND expires_at > ` + now + ` THEN token ELSE token + 1 END, token),
 	expires_at = IF(LAST_INSERT_ID() = 1,
@@ -75,8 +75,8 @@ ON DUPLICATE KEY UPDATE
 	return q
 }
 
-// mysqlAttempt is MySQL's Dialect.Attempt: one statement, see MySQL.
-func mysqlAttempt(ctx context.Context, q Querier, table string, req dlock.Request, ttl, seq int64) (dlock.Grant, bool, error) {
+// mysqlAttempt is MySQL's sqllock.Dialect.Attempt: one statement, see MySQL.
+func mysqlAttempt(ctx context.Context, q sqllock.Querier, table string, req dlock.Request, ttl, seq int64) (dlock.Grant, bool, error) {
 	o := req.Owner
 	res, err := q.ExecContext(ctx, mysqlUpsert(table),
 		req.Name, o, ttl,
@@ -135,24 +135,24 @@ const (
 	myHostNotPrivileged = 1130
 )
 
-func classifyMySQL(err error) ErrorClass {
+func classifyMySQL(err error) sqllock.ErrorClass {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
 		case myLockWaitTimeout, myDeadlock:
-			return Retry
+			return sqllock.Retry
 		case myTooManyConns, myAccessDenied, myDBAccessDenied, myBadDB, myServerShutdown, myConnKilled,
 			myQueryInterrupted, myReadOnly, myServerGone, myLostConnection, myUnknownComErr,
 			myNotSupportedAuth, myHostNotPrivileged:
-			return Unavailable
+			return sqllock.Unavailable
 		}
-		return Other
+		return sqllock.Other
 	}
 	var ne net.Error
 	switch {
 	case errors.Is(err, mysql.ErrInvalidConn), errors.As(err, &ne),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return Unavailable
+		return sqllock.Unavailable
 	}
-	return classifyCommon(err)
+	return sqllock.ClassifyCommon(err)
 }

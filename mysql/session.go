@@ -1,0 +1,230 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/sqllock"
+)
+
+// mySession is session mode on MySQL 8 and MariaDB: a user-level lock
+// (GET_LOCK) named "dlock:" + the first 58 hex digits of SHA-256(table,
+// name), as lock names are limited to 64 characters.
+//
+// A first attempt is one statement when the lock is free (the row's
+// conditional grant, made only if GET_LOCK(key, 0) succeeds), a renewal
+// and a release one each (the release calls RELEASE_LOCK inside its
+// UPDATE). A waiting Lock is one GET_LOCK with a
+// timeout of a year, interrupted with KILL QUERY from another connection.
+// MariaDB (and MySQL 8) grant user locks to their waiters in order.
+var mySession = sqllock.SessionDialect{
+	Key:    func(table, name string) any { return SessionLockName(table, name) },
+	Attach: func(*sql.Conn) (sqllock.ConnInfo, error) { return sqllock.ConnInfo{}, nil },
+	ConnID: myConnID,
+	First:  myFirst,
+	Lock: func(ctx context.Context, c *sql.Conn, key any, _ int64) error {
+		var got sql.NullInt64
+		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 31536000)`, key).Scan(&got); err != nil {
+			return err
+		}
+		if got.Int64 != 1 {
+			return errors.New("GET_LOCK returned without the lock")
+		}
+		return nil
+	},
+	Queued: myQueued,
+	Renew: func(ctx context.Context, c *sql.Conn, table string, key any, h dlock.Hold, ttl int64) (bool, error) {
+		res, err := c.ExecContext(ctx, myStmts(table).renew, ttl, h.Name, h.Owner, int64(h.Token), key)
+		if err != nil {
+			return false, err
+		}
+		n, err := res.RowsAffected()
+		return n > 0, err
+	},
+	Release: func(ctx context.Context, c *sql.Conn, table string, key any, h dlock.Hold) (bool, bool, error) {
+		res, err := c.ExecContext(ctx, myStmts(table).release, key, h.Name, h.Owner, int64(h.Token))
+		if err != nil {
+			return false, false, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return false, false, err
+		}
+		if n > 0 {
+			return true, true, nil // RELEASE_LOCK ran in the UPDATE
+		}
+		_, err = c.ExecContext(ctx, `DO RELEASE_LOCK(?)`, key)
+		return false, err == nil, err
+	},
+	Unlock: func(ctx context.Context, c *sql.Conn, key any) (bool, error) {
+		var got sql.NullInt64
+		err := c.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, key).Scan(&got)
+		return got.Int64 == 1, err
+	},
+	Interrupt: func(ctx context.Context, db *sql.DB, info sqllock.ConnInfo) error {
+		if info.ID == 0 {
+			return errors.New("connection id unknown")
+		}
+		_, err := db.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(info.ID, 10))
+		return err
+	},
+}
+
+type mySessionStatements struct {
+	reenter, renew, release string
+}
+
+var mySessionStmts sync.Map // table → *mySessionStatements
+
+func myStmts(table string) *mySessionStatements {
+	if s, ok := mySessionStmts.Load(table); ok {
+		return s.(*mySessionStatements)
+	}
+	bind := sqllock.Bind(myDialect, table)
+	s := &mySessionStatements{
+		// The owner's row re-entered, the result packed in the last-insert
+		// id as in the dialect's Attempt. Args: ttl, name, owner.
+		reenter: bind(`UPDATE {L} AS l SET
+	holds = l.holds + 1,
+	expires_at = GREATEST(l.expires_at, {NOW} + ?),
+	token = l.token + 0 * LAST_INSERT_ID(l.token << ` + strconv.Itoa(holdsBits) + ` | l.holds)
+WHERE l.name = ? AND l.owner = ? AND l.holds > 0 AND l.expires_at > {NOW}`),
+		// Args: ttl, name, owner, token, key.
+		renew: bind(`UPDATE {L} AS l SET expires_at = {NOW} + ?
+WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}
+	AND IS_USED_LOCK(?) = CONNECTION_ID()`),
+		// RELEASE_LOCK runs in the assignment of the matched row, after
+		// InnoDB locked it: a waiter woken by it finds the row locked by
+		// this statement until it commits. The first WHEN is never true
+		// but is always evaluated. Args: key, name, owner, token.
+		release: bind(`UPDATE {L} AS l SET
+	owner = CASE WHEN COALESCE(RELEASE_LOCK(?), 0) < 0 THEN l.owner WHEN l.holds <= 1 THEN '' ELSE l.owner END,
+	holds = l.holds - 1
+WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}`),
+	}
+	mySessionStmts.Store(table, s)
+	return s
+}
+
+// mySessionUpsert is the dialect's one-statement acquisition (see
+// mysqlUpsert) made conditional on GET_LOCK(key, 0): its INSERT … VALUES
+// becomes INSERT … SELECT … FROM DUAL WHERE GET_LOCK(?, 0) = 1, so that
+// without the lock the statement touches nothing (0 rows affected) and
+// with it the row is granted or refused as in lease-table mode.
+// Arguments: name, owner, ttl, key, then mysqlUpsert's after its VALUES.
+func mySessionUpsert(table string) string {
+	if q, ok := mySessionUpserts.Load(table); ok {
+		return q.(string)
+	}
+	q := mysqlUpsert(table)
+	i := strings.Index(q, "\nVALUES (")
+	j := strings.Index(q, ")\nON DUPLICATE KEY UPDATE")
+	q = q[:i] + "\nSELECT " + q[i+len("\nVALUES ("):j] + " FROM DUAL WHERE GET_LOCK(?, 0) = 1" + q[j+1:]
+	mySessionUpserts.Store(table, q)
+	return q
+}
+
+var mySessionUpserts sync.Map // table → string
+
+// myFirst is the first attempt: one statement when the lock is free (the
+// conditional upsert), two when it is taken (then the owner's re-entry).
+func myFirst(ctx context.Context, c *sql.Conn, _ *sqllock.ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
+	o := req.Owner
+	res, err := c.ExecContext(ctx, mySessionUpsert(table),
+		req.Name, o, ttl, key,
+		o, req.Name, sqllock.NoSeq,
+		o,
+		o,
+		o, ttl, ttl,
+		o)
+	if err != nil {
+		return false, dlock.Grant{}, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, dlock.Grant{}, false, err
+	}
+	if n > 0 { // GET_LOCK succeeded
+		id, err := res.LastInsertId()
+		if err != nil || id == 0 {
+			return true, dlock.Grant{}, false, err
+		}
+		return true, unpack(id), true, nil
+	}
+	res, err = c.ExecContext(ctx, myStmts(table).reenter, ttl, req.Name, req.Owner)
+	if err != nil {
+		return false, dlock.Grant{}, false, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil || id == 0 {
+		return false, dlock.Grant{}, false, err
+	}
+	return false, unpack(id), true, nil
+}
+
+// unpack reads a grant packed in the last-insert id (see myDialect).
+func unpack(id int64) dlock.Grant {
+	return dlock.Grant{Token: uint64(id) >> holdsBits, Count: int(id & (1<<holdsBits - 1))}
+}
+
+// myQueued reports whether connection info.ID waits in GET_LOCK (its
+// state is "User lock"), from SHOW PROCESSLIST, which lists the threads
+// of the same user without the PROCESS privilege. Not from
+// information_schema.PROCESSLIST: MariaDB 10.11.19 crashed (signal 11 in
+// ha_maria::drop_table, freeing the query's temporary table) under
+// concurrent queries of it in the tests.
+func myQueued(ctx context.Context, db *sql.DB, info sqllock.ConnInfo, _ any) (bool, error) {
+	rows, err := db.QueryContext(ctx, `SHOW PROCESSLIST`)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return false, err
+	}
+	idCol, stateCol := -1, -1
+	for i, c := range cols {
+		switch strings.ToLower(c) {
+		case "id":
+			idCol = i
+		case "state":
+			stateCol = i
+		}
+	}
+	if idCol < 0 || stateCol < 0 {
+		return false, fmt.Errorf("SHOW PROCESSLIST has no Id or State column: %v", cols)
+	}
+	id := strconv.FormatInt(info.ID, 10)
+	vals := make([]sql.RawBytes, len(cols))
+	dest := make([]any, len(cols))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	queued := false
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return false, err
+		}
+		if string(vals[idCol]) == id && string(vals[stateCol]) == "User lock" {
+			queued = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	return queued, rows.Close()
+}
+
+// myConnID reads the connection's id, which KILL QUERY needs.
+func myConnID(ctx context.Context, c *sql.Conn) (int64, error) {
+	var id int64
+	err := c.QueryRowContext(ctx, `SELECT CONNECTION_ID()`).Scan(&id)
+	return id, err
+}
