@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"cirello.io/pglock"
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/testserver"
@@ -17,6 +18,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lib/pq"
 )
 
 // BenchmarkPostgres runs the dlocktest workloads (default and fair) on
@@ -26,20 +28,20 @@ import (
 // reports the statements pgx sends per uncontended acquire
 // (stmts/acquire) and per release (stmts/release).
 //
-// cirello.io/pglock, the library the issue names for comparison, could
-// not be fetched in this workplace (the module proxy answers 403 for it),
-// so it is not in the run.
-//
-//	cd bench && go test -run XXX -bench 'Postgres|MariaDB' -benchtime 2000x
-//
 // The "dlock-session" rows are the same in session mode (postgres.Session:
 // an advisory lock on a connection of its own per held lock and per
-// waiter).
+// waiter). The "pglock" rows are cirello.io/pglock with its defaults (a
+// 20 s lease, a heartbeat every 5 s, and a waiter that sleeps a whole lease
+// between attempts), each locker with its own *sql.DB over pgx's
+// database/sql driver, in the same run on the same server.
+//
+//	cd bench && go test -run XXX -bench 'Postgres|MariaDB' -benchtime 2000x
 func BenchmarkPostgres(b *testing.B) {
 	dsn := os.Getenv("PG_DSN")
 	if dsn == "" {
 		dsn = testserver.Postgres(b).TestDSN()
 	}
+	defer b.Run("pglock", func(b *testing.B) { benchPglock(b, dsn) })
 	for _, mode := range []struct {
 		name string
 		opts []postgres.Option
@@ -119,6 +121,67 @@ func BenchmarkMariaDB(b *testing.B) {
 			})
 		})
 	}
+}
+
+// benchPglock runs the workloads and the statement count on
+// cirello.io/pglock.
+func benchPglock(b *testing.B, dsn string) {
+	// newClient returns a pglock client on its own *sql.DB, whose
+	// statements cnt counts.
+	newClient := func(b *testing.B) (c *pglock.Client, cnt *countingConnector) {
+		pqc, err := pq.NewConnector(dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cnt = &countingConnector{Connector: pqc}
+		db := sql.OpenDB(cnt)
+		b.Cleanup(func() { db.Close() })
+		c, err = pglock.New(db, pglock.WithCustomTable("dlockbench_pglock"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c, cnt
+	}
+	if c, _ := newClient(b); c.TryCreateTable() != nil {
+		b.Fatal(c.TryCreateTable())
+	}
+	b.Run("Statements", func(b *testing.B) {
+		c, cnt := newClient(b)
+		n := &cnt.n
+		var acq, rel int64
+		for i := range b.N + 2 {
+			before := n.Load()
+			l, err := c.Acquire("dlockbench/statements")
+			if err != nil {
+				b.Fatal(err)
+			}
+			mid := n.Load()
+			if err := l.Close(); err != nil {
+				b.Fatal(err)
+			}
+			if i >= 2 {
+				acq += mid - before
+				rel += n.Load() - mid
+			}
+		}
+		b.ReportMetric(float64(acq)/float64(b.N), "stmts/acquire")
+		b.ReportMetric(float64(rel)/float64(b.N), "stmts/release")
+	})
+	dlocktest.BenchLockers(b, func(b *testing.B) dlocktest.Locker {
+		c, _ := newClient(b)
+		return pglockLocker{c}
+	})
+}
+
+// pglockLocker is cirello.io/pglock's blocking Acquire and its Release.
+type pglockLocker struct{ c *pglock.Client }
+
+func (l pglockLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	lk, err := l.c.AcquireContext(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return l.c.ReleaseContext(ctx, lk) }, nil
 }
 
 // statements measures the statements of b.N uncontended acquisitions and
