@@ -159,6 +159,15 @@ type Inspector interface {
 	Inspect(ctx context.Context, prefix string) ([]LockInfo, error)
 }
 
+// Migrator is implemented by backends that keep a schema in their store
+// (the SQL backends' lease and waiters tables). Migrate creates what is
+// missing and checks what exists; it is safe to run from several processes
+// at once. The backends also do it on first use; `dlock migrate` calls it
+// to do it ahead of time, for instance with a more privileged user.
+type Migrator interface {
+	Migrate(ctx context.Context) error
+}
+
 // LossReporter is implemented by backends that learn that a hold is lost
 // before the Client's next renewal would tell — a ZooKeeper session that
 // expired or, under a policy that counts it, a dropped connection. New

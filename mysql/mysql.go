@@ -25,6 +25,7 @@ var (
 	_ dlock.Backend      = (*Backend)(nil)
 	_ dlock.BatchRenewer = (*Backend)(nil)
 	_ dlock.Inspector    = (*Backend)(nil)
+	_ dlock.Migrator     = (*Backend)(nil)
 	_ dlock.LossReporter = (*Backend)(nil)
 )
 
@@ -214,6 +215,10 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	}
 	return sqllock.Migrate(ctx, db, myDialect, cfg.table)
 }
+
+// Migrate creates the backend's tables if they do not exist and checks
+// them, as [Migrate] does for its database; see [dlock.Migrator].
+func (b *Backend) Migrate(ctx context.Context) error { return b.e.Migrate(ctx) }
 
 // String describes the backend: "mysql 127.0.0.1:3306/db" (no user or
 // password).

@@ -30,6 +30,7 @@ var (
 	_ dlock.Backend      = (*Backend)(nil)
 	_ dlock.BatchRenewer = (*Backend)(nil)
 	_ dlock.Inspector    = (*Backend)(nil)
+	_ dlock.Migrator     = (*Backend)(nil)
 	_ dlock.LossReporter = (*Backend)(nil)
 )
 
@@ -263,6 +264,10 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	}
 	return sqllock.Migrate(ctx, db, pgDialect, cfg.table)
 }
+
+// Migrate creates the backend's tables if they do not exist and checks
+// them, as [Migrate] does for its database; see [dlock.Migrator].
+func (b *Backend) Migrate(ctx context.Context) error { return b.e.Migrate(ctx) }
 
 // String describes the backend: "postgres 127.0.0.1:5432/db" (no user or
 // password).

@@ -31,6 +31,7 @@ var (
 	_ dlock.Backend      = (*Backend)(nil)
 	_ dlock.BatchRenewer = (*Backend)(nil)
 	_ dlock.Inspector    = (*Backend)(nil)
+	_ dlock.Migrator     = (*Backend)(nil)
 )
 
 // The in-process poll of PRAGMA data_version: soon after a change, backing
@@ -243,6 +244,10 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	}
 	return sqllock.Migrate(ctx, db, sqllock.SQLite, cfg.table)
 }
+
+// Migrate creates the backend's tables if they do not exist and checks
+// them, as [Migrate] does for its database; see [dlock.Migrator].
+func (b *Backend) Migrate(ctx context.Context) error { return b.e.Migrate(ctx) }
 
 // String describes the backend: "sqlite /abs/path/file.db".
 func (b *Backend) String() string { return b.desc }

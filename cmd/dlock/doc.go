@@ -5,6 +5,7 @@
 //
 //	dlock run [--url URL] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]
 //	dlock status [--url URL] [--prefix P]
+//	dlock migrate [--url URL]
 //	dlock help [COMMAND]
 //
 // The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite
@@ -57,4 +58,14 @@
 // with --prefix) with owner, fencing token, reentry count, remaining lease
 // and waiters. It exits 0 on success, 1 if the backend cannot list locks,
 // 2 on a usage error and 5 on a backend error.
+//
+// # dlock migrate
+//
+// dlock migrate creates the lease table and the waiters table of an SQL
+// backend (sqlite, postgres, mysql; the table is the URL's ?table=) if they
+// do not exist, and checks that existing ones are dlock's. The backends do
+// the same on first use; migrate does it ahead of time, for instance as a
+// user allowed to create tables. Other backends keep no tables: it says so
+// and exits 0. It exits 2 on a usage error and 5 if the backend cannot be
+// opened or a table of that name is not dlock's.
 package main

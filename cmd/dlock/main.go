@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,7 +66,17 @@ type command struct {
 	run      func(ctx context.Context, e *env, opts any, args []string) int
 }
 
-var commands []*command // filled by the init functions of run.go and status.go
+var commands []*command // filled by the init functions of run.go, status.go and migrate.go
+
+// commandOrder is the order of the commands in the overview.
+var commandOrder = []string{"run", "status", "migrate"}
+
+// sortCommands puts commands in commandOrder.
+func sortCommands() {
+	slices.SortStableFunc(commands, func(a, b *command) int {
+		return slices.Index(commandOrder, a.name) - slices.Index(commandOrder, b.name)
+	})
+}
 
 func lookup(name string) *command {
 	for _, c := range commands {
@@ -77,6 +88,7 @@ func lookup(name string) *command {
 }
 
 func dlockMain(args []string, e *env) int {
+	sortCommands()
 	if len(args) == 0 {
 		overview(e.stderr)
 		return exitUsage
@@ -141,6 +153,7 @@ Usage:
 Commands:
   run      run a command while holding a lock
   status   list the locks held on a backend
+  migrate  create the tables of an SQL backend ahead of first use
   help     show this text, or a command's flags and exit codes
 
 %s

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -125,6 +126,17 @@ func (e *Engine) String() string { return e.desc }
 
 // Table returns the lease table's name.
 func (e *Engine) Table() string { return e.table }
+
+// Migrate runs [Migrate] for the engine's tables; see [dlock.Migrator].
+func (e *Engine) Migrate(ctx context.Context) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if err := Migrate(ctx, e.db, e.d, e.table); err != nil {
+		return fmt.Errorf("%s: %w", e.desc, err)
+	}
+	return nil
+}
 
 // Close closes its own Local (and so the Feed) if Config.Local was nil,
 // and calls Config.OnClose. Later calls of other

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// migrateTimeout bounds dlock migrate's work on the backend.
+const migrateTimeout = 2 * time.Minute
+
+func init() {
+	commands = append(commands, &command{
+		name:     "migrate",
+		synopsis: "dlock migrate [--url URL]",
+		usage:    migrateUsage,
+		flags:    migrateFlagSet,
+		order:    []string{"url URL", "verbose"},
+		run:      runMigrate,
+	})
+}
+
+const migrateUsage = `Usage: dlock migrate [flags]
+
+Create the tables the backend keeps its locks in, if they do not exist, and
+check those that do. The SQL backends (sqlite, postgres, mysql) also do this
+on first use; run it ahead of time to create them as a user with the rights
+to, or to check a deployment. The table is the URL's ?table= (default
+dlock_locks), with its waiters table beside it. It is safe to run from
+several places at once. Backends that keep no schema (redis, redlock,
+zookeeper, etcd, mem) have nothing to create: it says so and exits 0.
+
+Flags:
+%FLAGS%
+Backend:
+  --url, else $DLOCK_URL, else the SQLite file in the state directory
+  (sqlite://$XDG_STATE_HOME/dlock/locks.db, or ~/.local/state/dlock/locks.db).
+
+Exit status:
+  0  the tables exist and are dlock's (or the backend keeps none)
+  2  usage error: a bad flag or URL
+  5  backend error: the backend cannot be opened, does not answer, or a
+     table of that name exists and is not dlock's
+`
+
+type migrateFlags struct {
+	url     string
+	verbose bool
+}
+
+func migrateFlagSet(fs *flag.FlagSet) any {
+	f := &migrateFlags{}
+	fs.StringVar(&f.url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
+	fs.BoolVar(&f.verbose, "verbose", false, "log the library's details on stderr")
+	return f
+}
+
+func runMigrate(ctx context.Context, e *env, opts any, args []string) int {
+	f := opts.(*migrateFlags)
+	if len(args) > 0 {
+		return usageError(e, lookup("migrate"), "unexpected arguments %q", args)
+	}
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
+	client, _, code := openClient(ctx, e, f.url, f.verbose)
+	if client == nil {
+		return code
+	}
+	defer client.Close()
+	m, ok := client.Backend().(dlock.Migrator)
+	if !ok {
+		e.errorf("migrate: the %s backend keeps no tables; nothing to do", client)
+		return exitOK
+	}
+	if err := m.Migrate(ctx); err != nil {
+		e.errorf("migrate: %v", err)
+		if errors.Is(err, dlock.ErrInvalidOption) {
+			return exitUsage
+		}
+		return exitBackend
+	}
+	table := ""
+	if t, ok := client.Backend().(interface{ Table() string }); ok {
+		table = " " + t.Table()
+	}
+	fmt.Fprintf(e.stdout, "the lock table%s on %s is ready\n", table, client)
+	return exitOK
+}
