@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -114,5 +115,44 @@ func TestSessionURL(t *testing.T) {
 	t.Logf("TTL above 2 × wait_timeout: %v", err)
 	if !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("TTL of an hour with wait_timeout 60s: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestSessionConformanceDB runs the suite in session mode on Backends over
+// a *sql.DB of the caller's: the connection that carries a lock is taken
+// out of the caller's pool and never goes back to it holding a user lock.
+func TestSessionConformanceDB(t *testing.T) {
+	srv := testserver.MariaDB(t, testserver.WithArgs("--max-connections=300"))
+	db, err := sql.Open("mysql", srv.DSN()+"?clientFoundRows=true&interpolateParams=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(24)
+	t.Cleanup(func() { db.Close() })
+	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
+		b, err := mysql.New(db, mysql.Table("sdb_locks"), mysql.Session())
+		if err != nil || !b.Session() {
+			t.Fatalf("New: %v (session %v)", err, err == nil && b.Session())
+		}
+		return b
+		// The per-item leak check would count the watcher goroutine of
+		// each of the caller's pooled connections; TestMain checks for
+		// leaks once db is closed.
+	}, dlocktest.Names(sessionNames), dlocktest.NoLeakCheck())
+	// Every user lock went with its hold (the metadata_lock_info plugin,
+	// shipped with MariaDB, lists the user locks of all connections).
+	ctx := context.Background()
+	if _, err := srv.Query(ctx, "", `INSTALL SONAME 'metadata_lock_info'`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := srv.Query(ctx, "", `SELECT count(*) FROM information_schema.METADATA_LOCK_INFO WHERE LOCK_TYPE = 'User lock'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0][0] != "0" {
+		t.Errorf("%s user locks left after the suite", rows[0][0])
+	}
+	if err := db.Ping(); err != nil {
+		t.Fatalf("the caller's DB after the Backends closed: %v", err)
 	}
 }

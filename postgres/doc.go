@@ -84,7 +84,9 @@
 //     never outlives its row.
 //   - Release is one statement: the row's UPDATE (owner cleared at the
 //     last hold) and pg_advisory_unlock; the clean connection goes back
-//     to the pool. A connection that might still hold the lock is closed.
+//     to the pool. A connection that might still hold the lock is closed
+//     — the pgx connection itself, so that a *pgxpool.Pool ([NewPool])
+//     destroys it rather than taking it back with the lock.
 //   - Waiting: a blocked Lock waits in pg_advisory_lock on its own
 //     connection — no polling — and Acquire returns only once the server
 //     has queued it (it looks in pg_locks), so PostgreSQL's lock queue,

@@ -28,6 +28,15 @@ import (
 func sessionDialect(closed func(pc *pgconn.PgConn) bool) sqllock.SessionDialect {
 	return sqllock.SessionDialect{
 		Key: func(table, name string) any { return SessionKey(table, name) },
+		// Over a pgxpool.Pool (NewPool), closing the driver connection
+		// gives the pgx connection back to the pool with its advisory
+		// locks: close the pgx connection itself, which the pool then
+		// destroys.
+		Close: func(dc any) {
+			if sc, ok := dc.(*stdlib.Conn); ok {
+				closeConn(sc.Conn())
+			}
+		},
 		Attach: func(c *sql.Conn) (sqllock.ConnInfo, error) {
 			var pc *pgconn.PgConn
 			err := c.Raw(func(dc any) error {

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -193,4 +194,61 @@ func TestSessionStatements(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestSessionConformancePool runs the suite in session mode on Backends
+// over a pgxpool.Pool and over a *sql.DB of the caller's: the connection
+// that carries a lock is taken out of the caller's pool and never goes back
+// to it holding an advisory lock.
+func TestSessionConformancePool(t *testing.T) {
+	srv := testserver.Postgres(t, testserver.WithArgs("-c", "max_connections=300"))
+	pcfg, err := pgxpool.ParseConfig(srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 120 // a connection per held lock and per waiter
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Run("pgxpool", func(t *testing.T) {
+		dlocktest.Run(t, func(t testing.TB) dlock.Backend {
+			b, err := postgres.NewPool(pool, postgres.Table("spool_locks"), postgres.Session())
+			if err != nil || !b.Session() {
+				t.Fatalf("NewPool: %v (session %v)", err, err == nil && b.Session())
+			}
+			return b
+		}, dlocktest.Names(sessionNames))
+	})
+	db, err := sql.Open("pgx", srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(24)
+	t.Cleanup(func() { db.Close() })
+	t.Run("sql.DB", func(t *testing.T) {
+		dlocktest.Run(t, func(t testing.TB) dlock.Backend {
+			b, err := postgres.New(db, postgres.Table("sdb_locks"), postgres.Session())
+			if err != nil || !b.Session() {
+				t.Fatalf("New: %v (session %v)", err, err == nil && b.Session())
+			}
+			return b
+		}, dlocktest.Names(sessionNames))
+	})
+	// Every advisory lock went with its hold: none is left on a connection
+	// of the caller's pools.
+	rows, err := srv.Query(context.Background(), "test", `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows[0][0] != "0" {
+		t.Errorf("%s advisory locks left after the suite", rows[0][0])
+	}
+	if err := db.Ping(); err != nil {
+		t.Fatalf("the caller's DB after the Backends closed: %v", err)
+	}
+	if err := pool.Ping(context.Background()); err != nil {
+		t.Fatalf("the caller's pool after the Backends closed: %v", err)
+	}
 }

@@ -21,6 +21,15 @@ type SessionDialect struct {
 	// Key returns the advisory lock's key for name in lease table table.
 	Key func(table, name string) any
 
+	// Close, if set, closes the driver connection dc (as sql.Conn.Raw
+	// passes it) for good. It is needed where closing the driver
+	// connection gives it back to a pool of the driver's own with its
+	// session state — pgx's database/sql driver over a pgxpool.Pool — so
+	// that a discarded connection cannot carry an advisory lock to the
+	// pool's next user. Without it, discarding relies on database/sql
+	// closing a connection reported bad.
+	Close func(dc any)
+
 	// Attach prepares a connection taken from the pool for session use:
 	// it finds what Interrupt and Closed need (a backend pid, a socket)
 	// without a statement where it can.
@@ -194,7 +203,7 @@ func (s *Sessions) take(ctx context.Context) (*sql.Conn, ConnInfo, error) {
 	}
 	info, err := s.d.Attach(c)
 	if err != nil {
-		discard(c)
+		s.discard(c)
 		return nil, ConnInfo{}, err
 	}
 	return c, info, nil
@@ -202,8 +211,13 @@ func (s *Sessions) take(ctx context.Context) (*sql.Conn, ConnInfo, error) {
 
 // discard closes c instead of giving it back to the pool: the server then
 // frees whatever advisory lock it held.
-func discard(c *sql.Conn) {
-	c.Raw(func(any) error { return driver.ErrBadConn })
+func (s *Sessions) discard(c *sql.Conn) {
+	c.Raw(func(dc any) error {
+		if s.d.Close != nil {
+			s.d.Close(dc)
+		}
+		return driver.ErrBadConn
+	})
 	c.Close()
 }
 
@@ -295,7 +309,7 @@ func (s *Sessions) newSession(req dlock.Request, key any, c *sql.Conn, info Conn
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		discard(c)
+		s.discard(c)
 		// Free the row granted a moment ago rather than leave it to its TTL.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -306,7 +320,7 @@ func (s *Sessions) newSession(req dlock.Request, key any, c *sql.Conn, info Conn
 		// Cannot happen while the advisory lock is exclusive; keep the
 		// old one reachable for its own release.
 		s.mu.Unlock()
-		discard(c)
+		s.discard(c)
 		return dlock.Grant{}, fmt.Errorf("%s: %q is held twice by this backend", s.e.d.Name, req.Name)
 	}
 	s.held[req.Name] = se
@@ -364,7 +378,7 @@ func (s *Sessions) kill(se *session, cause error, locked bool) {
 		se.cmu.Lock()
 	}
 	if se.c != nil {
-		discard(se.c)
+		s.discard(se.c)
 		se.c = nil
 	}
 	if !locked {
@@ -532,7 +546,7 @@ func (s *Sessions) Release(ctx context.Context, h dlock.Hold) error {
 	// Seen through like a grant (see attempt).
 	found, unlocked, err := s.d.Release(context.WithoutCancel(ctx), c, s.e.table, se.key, h)
 	if err != nil || !unlocked {
-		discard(c)
+		s.discard(c)
 	} else {
 		giveBack(c)
 	}
@@ -624,7 +638,7 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	}
 	if w.c == nil || w.interrupted {
 		if w.c != nil {
-			discard(w.c)
+			w.s.discard(w.c)
 			w.c, w.interrupted = nil, false
 		}
 		c, info, err := s.take(ctx)
@@ -652,7 +666,7 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		w.locked, g, granted, err = s.d.First(wctx, w.c, &w.info, s.e.table, w.key, w.req, ttlMillis(w.req.TTL))
 	}
 	if err != nil {
-		discard(w.c)
+		w.s.discard(w.c)
 		w.c, w.locked = nil, false
 		return dlock.Grant{}, s.e.wrap(err)
 	}
@@ -770,7 +784,7 @@ func (w *sessionWaiter) Wait(ctx context.Context) error {
 		case err := <-w.lockCh:
 			w.lockCh = nil
 			if err != nil {
-				discard(w.c)
+				w.s.discard(w.c)
 				w.c = nil
 				return w.s.e.wrap(err)
 			}
@@ -863,12 +877,12 @@ func (w *sessionWaiter) close() error {
 	case w.interrupted:
 		// The interrupt may still be on its way and would hit the next
 		// statement: close the connection, which frees the lock.
-		discard(c)
+		s.discard(c)
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, err := s.d.Unlock(ctx, c, w.key); err != nil {
-			discard(c)
+			s.discard(c)
 		} else {
 			giveBack(c)
 		}
