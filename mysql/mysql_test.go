@@ -44,12 +44,7 @@ func TestConformance(t *testing.T) {
 // caller's, which stays open after.
 func TestConformanceDB(t *testing.T) {
 	srv := testserver.MariaDB(t)
-	db, err := sql.Open("mysql", srv.DSN()+"?clientFoundRows=true&interpolateParams=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxIdleConns(24)
-	t.Cleanup(func() { db.Close() })
+	db := callerDB(t, srv.DSN())
 	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
 		b, err := mysql.New(db, mysql.Table("db_locks"))
 		if err != nil {
@@ -63,6 +58,20 @@ func TestConformanceDB(t *testing.T) {
 	if err := db.PingContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// callerDB opens the *sql.DB of a caller of New, with the parameters New
+// needs, keeping 24 connections idle for the suite's 16 goroutines; it is
+// closed when t ends.
+func callerDB(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn+"?clientFoundRows=true&interpolateParams=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(24)
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 func openDB(t testing.TB, dsn string) *sql.DB {

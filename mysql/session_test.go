@@ -2,7 +2,6 @@ package mysql_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -123,12 +122,7 @@ func TestSessionURL(t *testing.T) {
 // out of the caller's pool and never goes back to it holding a user lock.
 func TestSessionConformanceDB(t *testing.T) {
 	srv := testserver.MariaDB(t, testserver.WithArgs("--max-connections=300"))
-	db, err := sql.Open("mysql", srv.DSN()+"?clientFoundRows=true&interpolateParams=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxIdleConns(24)
-	t.Cleanup(func() { db.Close() })
+	db := callerDB(t, srv.DSN())
 	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
 		b, err := mysql.New(db, mysql.Table("sdb_locks"), mysql.Session())
 		if err != nil || !b.Session() {

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -202,16 +201,7 @@ func TestSessionStatements(t *testing.T) {
 // to it holding an advisory lock.
 func TestSessionConformancePool(t *testing.T) {
 	srv := testserver.Postgres(t, testserver.WithArgs("-c", "max_connections=300"))
-	pcfg, err := pgxpool.ParseConfig(srv.TestDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.MaxConns = 120 // a connection per held lock and per waiter
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, db := callerPools(t, srv.TestDSN(), 120) // a connection per held lock and per waiter
 	t.Run("pgxpool", func(t *testing.T) {
 		dlocktest.Run(t, func(t testing.TB) dlock.Backend {
 			b, err := postgres.NewPool(pool, postgres.Table("spool_locks"), postgres.Session())
@@ -219,14 +209,8 @@ func TestSessionConformancePool(t *testing.T) {
 				t.Fatalf("NewPool: %v (session %v)", err, err == nil && b.Session())
 			}
 			return b
-		}, dlocktest.Names(sessionNames))
+		}, dlocktest.Names(sessionNames), callerPoolLeaks)
 	})
-	db, err := sql.Open("pgx", srv.TestDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxIdleConns(24)
-	t.Cleanup(func() { db.Close() })
 	t.Run("sql.DB", func(t *testing.T) {
 		dlocktest.Run(t, func(t testing.TB) dlock.Backend {
 			b, err := postgres.New(db, postgres.Table("sdb_locks"), postgres.Session())
@@ -234,7 +218,7 @@ func TestSessionConformancePool(t *testing.T) {
 				t.Fatalf("New: %v (session %v)", err, err == nil && b.Session())
 			}
 			return b
-		}, dlocktest.Names(sessionNames))
+		}, dlocktest.Names(sessionNames), callerPoolLeaks)
 	})
 	// Every advisory lock went with its hold: none is left on a connection
 	// of the caller's pools.
