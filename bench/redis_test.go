@@ -263,15 +263,7 @@ func serverCPU(b testing.TB, admin *goredis.Client) float64 {
 	if err != nil {
 		b.Fatalf("INFO cpu: %v", err)
 	}
-	var t float64
-	for _, line := range strings.Split(info, "\n") {
-		name, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if name == "used_cpu_user" || name == "used_cpu_sys" {
-			x, _ := strconv.ParseFloat(v, 64)
-			t += x
-		}
-	}
-	return t * 1e6
+	return testserver.RedisCPU(info)
 }
 
 // processCPU returns the CPU time this process has used, in µs.
