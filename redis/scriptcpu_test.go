@@ -27,11 +27,7 @@ func BenchmarkScriptCPU(b *testing.B) {
 		func(i int) []any { return []any{owner, 30000, procTag + "-" + strconv.Itoa(i), modeWait, 10000} },
 		func(v any) []any { return []any{owner, toStr(v), procTag} })
 	value := "0123456789abcdef0123456789abcdef"
-	pacq, prel := scriptCPU(b, c, "redislock", `
-if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[3]) then return redis.status_reply("OK") end
-local offset = tonumber(ARGV[2])
-if redis.call("getrange", KEYS[1], 0, offset-1) == string.sub(ARGV[1], 1, offset) then return redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[3]) end
-`, `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`, 1,
+	pacq, prel := scriptCPU(b, c, "redislock", RedislockObtain, RedislockRelease, 1,
 		func(int) []any { return []any{value, 22, 30000} },
 		func(any) []any { return []any{value} })
 	b.ReportMetric(acq, "acquire-cpu-µs/call")
@@ -39,6 +35,18 @@ if redis.call("getrange", KEYS[1], 0, offset-1) == string.sub(ARGV[1], 1, offset
 	b.ReportMetric(pacq, "redislock-obtain-cpu-µs/call")
 	b.ReportMetric(prel, "redislock-release-cpu-µs/call")
 }
+
+// RedislockObtain and RedislockRelease are bsm/redislock's scripts
+// (v0.9.4), the yardstick of the benchmarks of the scripts' cost (ARGV:
+// value, value length to compare, ttl ms; and value).
+const (
+	RedislockObtain = `
+if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[3]) then return redis.status_reply("OK") end
+local offset = tonumber(ARGV[2])
+if redis.call("getrange", KEYS[1], 0, offset-1) == string.sub(ARGV[1], 1, offset) then return redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[3]) end
+`
+	RedislockRelease = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`
+)
 
 // scriptCPU runs b.N rounds of: acquire on 500 names in one pipeline, then
 // release them in another, and returns the server CPU µs per call of
