@@ -272,6 +272,40 @@ func TestLockDoesNotWakeTheRenewalLoop(t *testing.T) {
 	}
 }
 
+// TestLoneLockDoesNotWakeTheRenewalLoop: with no other lease held, the
+// loop finds nothing to keep after a Lock/Unlock; the next Locks (due no
+// sooner) must not wake it either.
+func TestLoneLockDoesNotWakeTheRenewalLoop(t *testing.T) {
+	clk := &countingClock{}
+	c := newClient(t, mem.New(), dlock.WithClock(clk), dlock.TTL(time.Minute))
+	ctx := context.Background()
+	lockUnlock := func(name string) {
+		t.Helper()
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lockUnlock("first")
+	for clk.afters.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // the loop has looked and found nothing
+	before := clk.afters.Load()
+	for i := range 200 {
+		lockUnlock(fmt.Sprint("n", i%3))
+		if i%20 == 0 {
+			time.Sleep(time.Millisecond) // let a woken loop run
+		}
+	}
+	if n := clk.afters.Load() - before; n > 2 {
+		t.Errorf("200 Lock/Unlock pairs with no other lease woke the renewal loop %d times", n)
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
 	for url, want := range map[string]error{

@@ -21,6 +21,10 @@ type keeper struct {
 	started  bool
 	stopped  bool
 	nextWake time.Time // when the loop wakes next by itself
+	// lead is how long after it was added the lease added last is first
+	// due for renewal; a pass made on a wake-up sleeps no longer than half
+	// of it.
+	lead time.Duration
 
 	wakeCh chan struct{}
 	quit   chan struct{}
@@ -69,6 +73,7 @@ func (k *keeper) add(l *Lease) {
 	l.mu.Lock()
 	first := l.nextRenew
 	l.mu.Unlock()
+	k.lead = first.Sub(k.c.cfg.clock.Now())
 	if k.nextWake.IsZero() || first.Before(k.nextWake) {
 		k.wake()
 	}
@@ -113,6 +118,7 @@ func (k *keeper) stop() []*Lease {
 func (k *keeper) loop() {
 	defer close(k.done)
 	clk := k.c.cfg.clock
+	woken := true // the pass follows a wake-up (or the start), not the timer
 	for {
 		now := clk.Now()
 		next := now.Add(time.Hour)
@@ -126,6 +132,14 @@ func (k *keeper) loop() {
 				delete(k.leases, l)
 				ended = append(ended, l)
 			}
+		}
+		// A Lock woke the loop, and its lease may be gone already (a short
+		// hold): sleep no longer than half the lead of a lease like it, so
+		// that the Locks that follow, due no sooner (give or take their
+		// round trips), need not wake it. The timer's pass then sleeps as
+		// long as the leases allow.
+		if bound := now.Add(k.lead / 2); woken && k.lead > 0 && bound.Before(next) {
+			next = bound
 		}
 		k.nextWake = next
 		k.mu.Unlock()
@@ -141,7 +155,9 @@ func (k *keeper) loop() {
 		}
 		select {
 		case <-clk.After(next.Sub(now)):
+			woken = false
 		case <-k.wakeCh:
+			woken = true
 		case <-k.quit:
 			return
 		}

@@ -239,20 +239,27 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	}
 	w.uncertain = false
 	r, _ := v.([]any)
-	if len(r) < 3 {
+	var granted any // the token of a grant
+	count := int64(1)
+	switch {
+	case len(r) == 0:
+		granted = v // an integer: a new grant (the script's common case)
+	case len(r) < 3:
 		return dlock.Grant{}, fmt.Errorf("redis: unexpected reply %v from the acquire script", v)
+	case toInt(r[0]) == 1:
+		granted, count = r[1], toInt(r[2])
 	}
-	if toInt(r[0]) == 1 {
-		tok, err := strconv.ParseUint(toStr(r[1]), 10, 64)
+	if granted != nil {
+		tok, err := parseToken(granted)
 		if err != nil {
-			return dlock.Grant{}, fmt.Errorf("redis: bad token %v in %s: %w", r[1], k.lock, err)
+			return dlock.Grant{}, fmt.Errorf("redis: bad token %v in %s: %w", granted, k.lock, err)
 		}
 		if b.cfg.replicas > 0 && acked < b.cfg.replicas {
 			b.giveBack(ctx, k, w.req.Owner, tok)
 			return dlock.Grant{}, fmt.Errorf("%w: the grant reached %d of %d replicas within %v and was given back",
 				dlock.ErrBackendUnavailable, acked, b.cfg.replicas, b.cfg.replicaTimeout)
 		}
-		return dlock.Grant{Token: tok, Count: int(toInt(r[2])), Handle: k}, nil
+		return dlock.Grant{Token: tok, Count: int(count), Handle: k}, nil
 	}
 	if len(r) < 5 {
 		return dlock.Grant{}, fmt.Errorf("redis: unexpected reply %v from the acquire script", v)
@@ -332,6 +339,7 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 		}
 		return nil, err
 	}
+	// A bare 1 says the lock freed with no queue: nobody to wake.
 	if r, _ := v.([]any); len(r) >= 4 && toInt(r[0]) == 1 {
 		head := toStr(r[2])
 		if t := toStr(r[3]); t != "" && cand != nil && head == cand.rid {
@@ -388,7 +396,7 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 		return b.fail(k, err)
 	}
 	r, _ := v.([]any)
-	if len(r) >= 2 && toInt(r[0]) == 1 {
+	if n, ok := v.(int64); ok && n == 1 || len(r) >= 2 && toInt(r[0]) == 1 {
 		return nil
 	}
 	if len(r) < 3 {
@@ -707,6 +715,21 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 // never keeps a lease shorter than the client assumes.
 func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// parseToken reads a token from a script's reply: an integer or a string
+// of digits.
+func parseToken(v any) (uint64, error) {
+	switch x := v.(type) {
+	case int64:
+		if x <= 0 {
+			return 0, fmt.Errorf("token %d is not positive", x)
+		}
+		return uint64(x), nil
+	case string:
+		return strconv.ParseUint(x, 10, 64)
+	}
+	return 0, fmt.Errorf("token of type %T", v)
 }
 
 func toInt(v any) int64 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testserver"
+	dredis "github.com/dlock-dev/dlock/redis"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -56,12 +57,8 @@ func BenchmarkServerCost(b *testing.B) {
 	rel := phase(release)
 	// The same for bsm/redislock's scripts (v0.9.4), as a yardstick
 	// measured under the same load.
-	obtain := goredis.NewScript(`
-if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[3]) then return redis.status_reply("OK") end
-local offset = tonumber(ARGV[2])
-if redis.call("getrange", KEYS[1], 0, offset-1) == string.sub(ARGV[1], 1, offset) then return redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[3]) end
-`)
-	free := goredis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
+	obtain := goredis.NewScript(dredis.RedislockObtain)
+	free := goredis.NewScript(dredis.RedislockRelease)
 	value := "0123456789abcdef0123456789abcdef"
 	pobtain := func(i int) error {
 		return obtain.Run(ctx, admin, []string{names[i]}, value, 22, 30000).Err()

@@ -63,8 +63,10 @@ func newScript(name, src string) *script {
 //	KEYS: lock hash, queue, timeouts
 //	ARGV: owner, ttl ms, request id, mode ("t" try, "w" wait, "f" fair wait), waiter timeout ms
 //
-// Replies {1, token, count} when granted, or {0, holder owner or "",
-// holder token or "", wait hint ms, queue length} when not.
+// Replies the token (an integer) for a new grant of a lock that was free
+// and had no fair queue: the common case, which takes one HMGET, TIME and
+// one HSET. Otherwise {1, token, count} when granted, or {0, holder owner
+// or "", holder token or "", wait hint ms, queue length} when not.
 //
 // A holder whose owner is the caller's re-enters (count+1) unless the
 // request id is the one that made the hold: then the reply to this very
@@ -78,14 +80,26 @@ var acquireScript = newScript("acquire", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
 local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w', 's')
-if not cur[3] and redis.call('EXISTS', h) == 1 or cur[3] and not tonumber(cur[3]) then
-  return redis.error_reply('DLOCKFOREIGN ' .. h)
+local f = tonumber(cur[3])
+if not f then
+  if cur[3] or redis.call('EXISTS', h) == 1 then
+    return redis.error_reply('DLOCKFOREIGN ' .. h)
+  end
+  f = 0
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local exp = now + tonumber(ARGV[2])
 local x = tonumber(cur[5]) or 0
 local held = cur[1] and x > now
+local w = tonumber(cur[6]) or 0
+if not held and w == 0 then
+  -- Free, no fair queue: a new grant. The token goes to HSET and into the
+  -- reply as a number (exact below 2^53; Redis writes it as an integer).
+  local tok = math.max(f + 1, t[1] * 1000000 + t[2])
+  redis.call('HSET', h, 'o', owner, 'n', '1', 'r', rid, 'x', exp, 'f', tok)
+  return tok
+end
 if held and cur[1] == owner then
   local n = tonumber(cur[2])
   if cur[4] ~= rid then
@@ -94,7 +108,6 @@ if held and cur[1] == owner then
   end
   return {1, cur[3], n}
 end
-local w = tonumber(cur[6]) or 0
 local qlen, head, old = 0, false, false
 if w > 0 or mode == 'f' and held then
   qlen = redis.call('LLEN', q)
@@ -143,7 +156,7 @@ if head then
   redis.call('ZREM', qt, rid)
   qlen = qlen - 1
 end
-local tok = string.format('%.0f', math.max((tonumber(cur[3]) or 0) + 1, t[1] * 1000000 + t[2]))
+local tok = string.format('%.0f', math.max(f + 1, t[1] * 1000000 + t[2]))
 if qlen ~= w then
   redis.call('HSET', h, 'o', owner, 'n', 1, 'r', rid, 'x', exp, 'f', tok, 'w', qlen)
 else
@@ -214,8 +227,10 @@ return res
 //	ARGV: owner, token, the releasing process's request id tag,
 //	      [waiter's request id, owner, ttl ms]
 //
-// Replies {1, count left, queue head or "", handed-off token or ""}, or
-// {0, holder owner or "", holder token or ""}.
+// Replies 1 when the lock freed with no fair queue and no waiter to tell
+// (the common case: one HMGET, TIME and one HDEL), else {1, count left,
+// queue head or "", handed-off token or ""}, or {0, holder owner or "",
+// holder token or ""}.
 var releaseScript = newScript("release", `
 local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'x', 'w', 's')
@@ -232,8 +247,13 @@ if n > 0 then
   redis.call('HSET', h, 'n', n)
   return {1, n, '', ''}
 end
-local head = ''
 local w = tonumber(cur[5]) or 0
+local waiting = (tonumber(cur[6]) or 0) > now
+if w == 0 and not waiting then
+  redis.call('HDEL', h, 'o', 'n', 'r', 'x')
+  return 1
+end
+local head = ''
 local qlen = w
 if w > 0 then
   qlen = redis.call('LLEN', q)
@@ -258,7 +278,7 @@ if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 redis.call('HDEL', h, 'o', 'n', 'r', 'x')
 if head ~= '' then
   if string.sub(head, 1, #ARGV[3]) ~= ARGV[3] then redis.call('PUBLISH', h .. ':wake', head) end
-elseif (tonumber(cur[6]) or 0) > now then
+elseif waiting then
   redis.call('PUBLISH', h .. ':wake', '')
 end
 return {1, 0, head, ''}

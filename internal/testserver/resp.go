@@ -129,6 +129,17 @@ func infoField(info, field string) string {
 	return ""
 }
 
+// RedisCPU returns the CPU time a Redis server has used, in µs, from the
+// text of its INFO cpu reply: used_cpu_user plus used_cpu_sys.
+func RedisCPU(info string) float64 {
+	var t float64
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		x, _ := strconv.ParseFloat(infoField(info, f), 64)
+		t += x
+	}
+	return t * 1e6
+}
+
 func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }

@@ -1,0 +1,267 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testserver"
+	dredis "github.com/dlock-dev/dlock/redis"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// scriptCommands returns the commands the server ran since the last CONFIG
+// RESETSTAT (scripts' commands included), by name, with their call counts;
+// the admin client's own INFO and CONFIG are left out.
+func scriptCommands(t testing.TB, admin *goredis.Client) map[string]int64 {
+	t.Helper()
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]int64)
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		out[name] = n
+	}
+	return out
+}
+
+// scriptEnv starts a server and returns an admin client, a context for
+// the test and a backend on the server.
+func scriptEnv(t *testing.T) (*goredis.Client, context.Context, *dredis.Backend) {
+	t.Helper()
+	srv := testserver.Redis(t)
+	return newClient(t, srv.Addr()), ctxFor(t, time.Minute), newBackend(t, srv.Addr())
+}
+
+func resetStats(t testing.TB, admin *goredis.Client) {
+	t.Helper()
+	if err := admin.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUncontendedScriptCommands counts, with INFO commandstats, what the
+// scripts run for an uncontended Lock and Unlock of a lock in use (default
+// and fair): one HMGET, TIME and HSET to acquire, one HMGET, TIME and HDEL
+// to release, nothing else (no queue look-up, no PUBLISH, no EXISTS). The
+// first acquisition of a new name also checks with EXISTS that the hash
+// it did not find is absent.
+func TestUncontendedScriptCommands(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	c := newDlock(t, newBackend(t, srv.Addr()))
+	warmUp(t, c)
+	const n = 10
+	for _, opts := range [][]dlock.Option{nil, {dlock.Fair()}} {
+		name := fmt.Sprintf("cmds-%d", len(opts))
+		resetStats(t, admin)
+		for range n {
+			l, err := c.Mutex(name, opts...).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := scriptCommands(t, admin)
+		want := map[string]int64{"evalsha": 2 * n, "hmget": 2 * n, "time": 2 * n, "hset": n, "hdel": n, "exists": 1}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%d uncontended Lock/Unlock pairs (options %d) ran %v, want %v", n, len(opts), got, want)
+		}
+	}
+}
+
+// TestGrantTokens checks the tokens of the scripts' common path (a free
+// lock without a queue): a new grant's token is above the last one even
+// when the last lease expired without a release, it is max(f+1, server
+// time in µs), and it is stored and returned exactly.
+func TestGrantTokens(t *testing.T) {
+	admin, ctx, b := scriptEnv(t)
+	serverMicros := func() uint64 {
+		t.Helper()
+		tm, err := admin.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint64(tm.UnixMicro())
+	}
+	acquire := func(owner string, ttl time.Duration) dlock.Grant {
+		t.Helper()
+		g, _, err := b.Acquire(ctx, dlock.Request{Name: "tok", Owner: owner, TTL: ttl})
+		if err != nil {
+			t.Fatalf("Acquire by %s: %v", owner, err)
+		}
+		if g.Count != 1 {
+			t.Fatalf("Acquire by %s: count %d, want 1", owner, g.Count)
+		}
+		return g
+	}
+
+	before := serverMicros()
+	g1 := acquire("a", 50*time.Millisecond)
+	if after := serverMicros(); g1.Token < before || g1.Token > after {
+		t.Errorf("first token %d is not the server's time in µs (between %d and %d)", g1.Token, before, after)
+	}
+	time.Sleep(100 * time.Millisecond) // the lease expires, nobody releases it
+	g2 := acquire("b", time.Minute)
+	if g2.Token <= g1.Token {
+		t.Errorf("token after expiry %d, want above %d", g2.Token, g1.Token)
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: "tok", Owner: "a", Token: g1.Token, Handle: g1.Handle}); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("release of the expired hold: %v, want ErrLeaseLost", err)
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: "tok", Owner: "b", Token: g2.Token, Handle: g2.Handle}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A fence ahead of the clock (a server whose clock went back): the
+	// next token is f+1, exactly, also as stored.
+	const ahead = 5000000000000000 // µs, in the year 2128
+	if err := admin.HSet(ctx, "dlock:{tok}", "f", strconv.FormatUint(ahead, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g3 := acquire("c", time.Minute)
+	if g3.Token != ahead+1 {
+		t.Errorf("token after fence %d: %d, want %d", uint64(ahead), g3.Token, uint64(ahead+1))
+	}
+	if f := admin.HGet(ctx, "dlock:{tok}", "f").Val(); f != strconv.FormatUint(ahead+1, 10) {
+		t.Errorf("stored fence %q, want %d", f, uint64(ahead+1))
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: "tok", Owner: "c", Token: g3.Token, Handle: g3.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	if g := acquire("d", time.Minute); g.Token != ahead+2 {
+		t.Errorf("next token %d, want %d", g.Token, uint64(ahead+2))
+	}
+}
+
+// TestReentryAfterFastGrant: a hold made by the scripts' common path is
+// re-entered by its owner (same token, count 2), kept from others until
+// both holds are released, and then free.
+func TestReentryAfterFastGrant(t *testing.T) {
+	_, ctx, b := scriptEnv(t)
+	req := dlock.Request{Name: "re", Owner: "me", TTL: time.Minute}
+	g1, _, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, _, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Token != g1.Token || g2.Count != 2 {
+		t.Fatalf("re-entry: token %d count %d, want token %d count 2", g2.Token, g2.Count, g1.Token)
+	}
+	hold := dlock.Hold{Name: "re", Owner: "me", Token: g1.Token, Handle: g1.Handle}
+	other := dlock.Request{Name: "re", Owner: "other", TTL: time.Minute}
+	if err := b.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	var held *dlock.HeldError
+	if _, _, err := b.Acquire(ctx, other); !errors.As(err, &held) || held.Holder.Owner != "me" || held.Holder.Token != g1.Token {
+		t.Fatalf("Acquire by another owner with one hold left: %v, want held by me with token %d", err, g1.Token)
+	}
+	if err := b.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	g3, _, err := b.Acquire(ctx, other)
+	if err != nil {
+		t.Fatalf("Acquire after both releases: %v", err)
+	}
+	if g3.Token <= g1.Token {
+		t.Errorf("token %d after %d", g3.Token, g1.Token)
+	}
+}
+
+// TestFreeLockWithQueue: a free lock whose hash records a fair queue is
+// not granted to a request that is not the queue's head, fair or not.
+func TestFreeLockWithQueue(t *testing.T) {
+	admin, ctx, b := scriptEnv(t)
+	g, _, err := b.Acquire(ctx, dlock.Request{Name: "q", Owner: "first", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: "q", Owner: "first", Token: g.Token, Handle: g.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	// A waiter of another process heads the queue.
+	deadline := time.Now().Add(time.Hour).UnixMilli()
+	p := admin.TxPipeline()
+	p.RPush(ctx, "dlock:{q}:queue", "elsewhere-1")
+	p.ZAdd(ctx, "dlock:{q}:timeouts", goredis.Z{Score: float64(deadline), Member: "elsewhere-1"})
+	p.HSet(ctx, "dlock:{q}", "w", 1)
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, fair := range []bool{false, true} {
+		_, _, err := b.Acquire(ctx, dlock.Request{Name: "q", Owner: "late", TTL: time.Minute, Fair: fair})
+		if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "queued first") {
+			t.Errorf("Acquire (fair %v) of a free lock with a queue: %v, want ErrNotAcquired, queued first", fair, err)
+		}
+	}
+	if o := admin.HGet(ctx, "dlock:{q}", "o").Val(); o != "" {
+		t.Errorf("the lock went to %q", o)
+	}
+}
+
+// TestReleaseTellsHintedWaiter: a release publishes when the hash says a
+// waiter may be waiting (s in the future), and not once that time passed.
+func TestReleaseTellsHintedWaiter(t *testing.T) {
+	admin, ctx, b := scriptEnv(t)
+	for _, tc := range []struct {
+		until time.Duration
+		want  int64
+	}{{time.Hour, 1}, {-time.Second, 0}} {
+		g, _, err := b.Acquire(ctx, dlock.Request{Name: "hint", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, err := admin.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin.HSet(ctx, "dlock:{hint}", "s", now.Add(tc.until).UnixMilli())
+		before := publishes(t, admin)
+		if err := b.Release(ctx, dlock.Hold{Name: "hint", Owner: "o", Token: g.Token, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+		if n := publishes(t, admin) - before; n != tc.want {
+			t.Errorf("release with a waiter hint %v from now published %d times, want %d", tc.until, n, tc.want)
+		}
+		if o := admin.HGet(ctx, "dlock:{hint}", "o").Val(); o != "" {
+			t.Errorf("after the release the hash names holder %q", o)
+		}
+	}
+}
+
+// TestNonNumericFence: a hash whose f is not a number is not dlock's; the
+// scripts refuse it and change nothing.
+func TestNonNumericFence(t *testing.T) {
+	admin, ctx, b := scriptEnv(t)
+	admin.HSet(ctx, "dlock:{nan}", "f", "abc")
+	_, _, err := b.Acquire(ctx, dlock.Request{Name: "nan", Owner: "o", TTL: time.Minute})
+	if !errors.Is(err, dredis.ErrForeignData) {
+		t.Fatalf("Acquire: %v, want ErrForeignData", err)
+	}
+	if v := admin.HGetAll(ctx, "dlock:{nan}").Val(); len(v) != 1 || v["f"] != "abc" {
+		t.Errorf("the hash became %v", v)
+	}
+}
