@@ -34,6 +34,8 @@ type Backend struct {
 	stop      chan struct{}  // closed by Close: stops the give-back retries
 	retries   []retryQueue   // per master: give-backs that failed and are retried
 	conduits  []conduit      // per master: the calls to it
+	notices   []notices      // per master: the release notices to waiters
+	woken     atomic.Int64   // waiters woken by release notices (for tests)
 	workers   sync.WaitGroup // goroutines sending queued calls
 }
 
@@ -68,6 +70,7 @@ func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
 	}
 	b.desc = "redlock " + strings.Join(b.addrs, ",")
 	b.startConduits()
+	b.startNotices()
 	return b, nil
 }
 
@@ -88,6 +91,9 @@ func (b *Backend) Close() error {
 		close(b.stop)
 		b.bg.Wait()
 		b.workers.Wait()
+		for i := range b.notices {
+			b.notices[i].close()
+		}
 		if b.owned {
 			for _, c := range b.nodes {
 				if cerr := c.Close(); cerr != nil && err == nil {
@@ -103,10 +109,11 @@ func (b *Backend) lockKey(name string) string { return b.cfg.prefix + ":{" + enc
 
 func (b *Backend) channel(name string) string { return b.lockKey(name) + ":wake" }
 
-// keys are the lock hash, the fair queue and the waiters' deadlines.
+// keys are the lock hash, the fair queue and its waiters' deadlines, and
+// the queue of waiters that are not fair and their deadlines.
 func (b *Backend) keys(name string) []string {
 	k := b.lockKey(name)
-	return []string{k, k + ":queue", k + ":deadlines"}
+	return []string{k, k + ":queue", k + ":deadlines", k + ":wqueue", k + ":wdeadlines"}
 }
 
 // drift is the allowance for clock drift between the masters and this
@@ -217,7 +224,7 @@ type attempt struct {
 	b     *Backend
 	req   dlock.Request
 	gid   string // unique to this attempt: the masters store it with the grant
-	qid   string // the fair waiter's id in the queues ("" if not fair)
+	qid   string // the waiter's id in the queues ("" for a TryLock)
 	owner string
 
 	mu       sync.Mutex
@@ -337,7 +344,7 @@ type giveBack struct {
 	name, owner string
 	token       string // the hold's token; "" to match by gid only
 	gid         string // the acquisition id stored with the grant
-	qid         string // the fair waiter to take out of the queue, if any
+	qid         string // the waiter to take out of the queues, if any
 	floor       string // the master's fence is raised to this when the lock is free there
 	until       time.Time
 
@@ -348,7 +355,7 @@ type giveBack struct {
 // prepare makes gb's script keys and arguments, the same for every master.
 func (b *Backend) prepare(gb *giveBack) {
 	gb.keys = b.keys(gb.name)
-	gb.args = []any{gb.owner, gb.token, gb.gid, b.channel(gb.name), gb.qid, gb.floor}
+	gb.args = []any{gb.owner, gb.token, gb.gid, b.channel(gb.name), gb.qid, gb.floor, b.cfg.nodeTimeout.Milliseconds()}
 }
 
 // releaseNode gives up one hold on master i. It reports whether the master
@@ -465,24 +472,41 @@ func (b *Backend) retryLoop(i int) {
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	mode, qid, ticket := modeTry, "", int64(0)
 	if req.Wait {
-		mode = modeWait
+		// A waiter keeps its place (queue id and ticket) over its
+		// attempts; each attempt has an id of its own.
+		mode, qid, ticket = modeWait, newID(), time.Now().UnixMicro()
 		if req.Fair {
-			// A fair waiter keeps its place (queue id and ticket) over its
-			// attempts; each attempt has an id of its own.
-			mode, qid, ticket = modeFair, newID(), time.Now().UnixMicro()
+			mode = modeFair
 		}
+	}
+	var w *waiter
+	armed := false
+	if req.Wait {
+		// Where this Backend's waiters subscribed to the lock's channel
+		// already, the waiter hears the notices from before its first
+		// attempt, and need not make a second one at once.
+		w = b.newWaiter(req, qid, mode, ticket)
+		armed = w.tryAttach()
 	}
 	g, res, err := b.attempt(ctx, req, qid, mode, ticket)
 	if err == nil {
+		if w != nil {
+			w.close()
+		}
 		return g, nil, nil
 	}
 	if !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
-		if mode == modeFair {
+		if w != nil {
+			w.close()
+		}
+		if qid != "" {
 			b.cancel(context.WithoutCancel(ctx), req.Name, qid)
 		}
 		return dlock.Grant{}, nil, err
 	}
-	w := b.newWaiter(req, qid, mode, ticket, res)
+	w.attempted(res)
+	w.attach()
+	w.first = !armed
 	return dlock.Grant{}, w, err
 }
 
@@ -493,15 +517,15 @@ const (
 	modeFair = "f"
 )
 
-// waiterTimeout is how long a fair waiter keeps its place in the queues
+// waiterTimeout is how long a waiter keeps its place in the queues
 // without an attempt; a waiter makes one at least every maxWait.
 const waiterTimeout = 5 * time.Second
 
-// cancel withdraws fair waiter qid from every master's queue.
+// cancel withdraws waiter qid from every master's queues.
 func (b *Backend) cancel(ctx context.Context, name, qid string) error {
 	keys, ch := b.keys(name), b.channel(name)
 	_, _, failed := b.fanOut(ctx, len(b.nodes)+1, false, func(ctx context.Context, i int) (bool, error) {
-		return true, b.run(ctx, i, cancelScript, keys, qid, ch).Err()
+		return true, b.run(ctx, i, cancelScript, keys, qid, ch, b.cfg.nodeTimeout.Milliseconds()).Err()
 	})
 	if len(failed) > 0 {
 		return b.quorumError("cancel", len(b.nodes)-len(failed), failed)
@@ -642,7 +666,10 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		}()
 	}
 	wg.Wait()
+	// Contenders collided only if this attempt got masters and gave them
+	// back; one that got none waits for the notice of their give-back.
 	res := splitInfo(held, b.quorum)
+	res.split = res.split && len(granted) > 0
 	res.near = res.split && nNew >= b.quorum-1
 	return dlock.Grant{}, res, err
 }
@@ -1006,23 +1033,24 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	}
 }
 
-// waiter is a waiting acquisition: subscribed to the lock's channel on
-// every master it could reach, it retries on a release notice from any of
-// them, at the latest when the holder's lease would end, and after a short
-// random pause when contenders collided.
+// waiter is a waiting acquisition: it hears the release notices of every
+// master that name it (see notices) and retries once they show enough free
+// masters for a quorum, at the latest when the holder's lease would end,
+// and after a short random pause when contenders collided.
 type waiter struct {
 	b      *Backend
 	req    dlock.Request
-	qid    string // the fair waiter's id in the queues
+	qid    string // the waiter's id in the queues
+	ch     string // the lock's channel
 	mode   string
 	ticket int64
-	subs   []*goredis.PubSub
 	wake   chan struct{}
-	stop   chan struct{}
-	fwd    sync.WaitGroup
-	first  bool
-	res    attemptResult
-	once   sync.Once
+	first  bool // the next Wait returns at once
+	// attached says, per master, whether the waiter is attached to its
+	// notices; nil while it is attached to none.
+	attached []bool
+	res      attemptResult
+	once     sync.Once
 
 	mu      sync.Mutex
 	noticed uint64 // masters that sent a release notice since the last attempt
@@ -1040,6 +1068,7 @@ func (w *waiter) notice(i int) {
 	if ready {
 		select {
 		case w.wake <- struct{}{}:
+			w.b.woken.Add(1)
 		default:
 		}
 	}
@@ -1057,56 +1086,51 @@ func (w *waiter) attempted(res attemptResult) {
 // maxWait bounds one wait without a notice.
 const maxWait = time.Second
 
-func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64, res attemptResult) *waiter {
-	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), stop: make(chan struct{}), first: true}
-	w.attempted(res)
-	ch := b.channel(req.Name)
-	for i, c := range b.nodes {
-		ctx, cancel := b.nodeCtx(context.Background())
-		ps := c.Subscribe(ctx, ch)
-		cancel()
-		w.subs = append(w.subs, ps)
-		msgs := ps.Channel()
-		w.fwd.Add(1)
-		go func() {
-			defer w.fwd.Done()
-			for {
-				select {
-				case m, ok := <-msgs:
-					if !ok {
-						return
-					}
-					if m.Payload != "" && m.Payload != w.qid {
-						// The lock went to the head of the fair queue,
-						// which is another waiter.
-						continue
-					}
-					w.notice(i)
-				case <-w.stop:
-					// Read on until go-redis closes the channel (after
-					// PubSub.Close), so that its goroutine never blocks
-					// on a send nobody takes.
-					for {
-						select {
-						case _, ok := <-msgs:
-							if !ok {
-								return
-							}
-						case <-time.After(time.Second):
-							return
-						}
-					}
-				}
-			}
-		}()
+func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64) *waiter {
+	return &waiter{b: b, req: req, qid: qid, ch: b.channel(req.Name), mode: mode, ticket: ticket, wake: make(chan struct{}, 1), first: true}
+}
+
+// tryAttach attaches w to the notices of every master where the lock's
+// channel has a subscription, and reports whether all of them are
+// confirmed. When none is there it allocates nothing.
+func (w *waiter) tryAttach() bool {
+	all := true
+	for i := range w.b.notices {
+		if !w.b.notices[i].confirmed(w.ch) {
+			all = false
+		}
 	}
-	return w
+	if !all {
+		return false
+	}
+	w.attached = make([]bool, len(w.b.notices))
+	for i := range w.b.notices {
+		var ok bool
+		w.attached[i], ok = w.b.notices[i].tryAttach(w)
+		all = all && ok
+	}
+	return all
+}
+
+// attach attaches w to the notices of every master it is not attached to
+// yet, subscribing where needed.
+func (w *waiter) attach() {
+	if w.attached == nil {
+		w.attached = make([]bool, len(w.b.notices))
+	}
+	for i := range w.b.notices {
+		if !w.attached[i] {
+			w.b.notices[i].attach(w)
+			w.attached[i] = true
+		}
+	}
 }
 
 // Wait returns on a release notice, when the holder's lease may have ended,
 // or (after a collision of contenders) after a short random pause. The
-// first Wait returns at once: the subscriptions were made after the first
-// attempt, so a release in between would go unnoticed otherwise.
+// first Wait returns at once unless the waiter was attached to confirmed
+// subscriptions on every master before its first attempt: otherwise a
+// release between that attempt and the subscription would go unnoticed.
 func (w *waiter) Wait(ctx context.Context) error {
 	if w.first {
 		w.first = false
@@ -1173,24 +1197,22 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	return g, err
 }
 
-// Cancel drops the subscriptions and takes a fair waiter out of the
-// queues. An attempt never leaves a grant behind, so there is nothing else
-// to withdraw.
+// Cancel stops the notices to the waiter and takes it out of the queues,
+// passing a release notice it may have been named in to the next waiter.
+// An attempt never leaves a grant behind, so there is nothing else to
+// withdraw.
 func (w *waiter) Cancel(ctx context.Context) error {
 	w.close()
-	if w.mode == modeFair {
-		return w.b.cancel(ctx, w.req.Name, w.qid)
-	}
-	return nil
+	return w.b.cancel(ctx, w.req.Name, w.qid)
 }
 
 func (w *waiter) close() {
 	w.once.Do(func() {
-		for _, ps := range w.subs {
-			ps.Close()
+		for i, ok := range w.attached {
+			if ok {
+				w.b.notices[i].detach(w)
+			}
 		}
-		close(w.stop)
-		w.fwd.Wait()
 	})
 }
 

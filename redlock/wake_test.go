@@ -1,0 +1,228 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/testserver"
+	"github.com/dlock-dev/dlock/redlock"
+)
+
+// waitQueued waits until every master has n waiters in the queue key.
+func waitQueued(t *testing.T, g *testserver.RedisGroup, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		all := true
+		for _, s := range g.Nodes() {
+			v, err := s.Do(context.Background(), "ZCARD", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, _ := v.(int64); c != int64(n) {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: fewer than %d waiters queued on every master", key, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReleaseWakesNamedWaiter: a release notice wakes only the waiter it
+// names (the head of the fair queue, or of the wait queue of waiters that
+// are not fair), not every waiter of the lock, and that waiter gets the
+// lock by the notice. Each waiter is a process of its own (a Backend with
+// its own connections); they queue in order, and the lock passes down the
+// queue.
+func TestReleaseWakesNamedWaiter(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			ctx := context.Background()
+			name := fmt.Sprintf("wake-%v", fair)
+			queue, queued := "dlock:{"+name+"}:wqueue", 0
+			var opts []dlock.Option
+			if fair {
+				// The fair holder keeps its place at the head until it
+				// releases.
+				queue, queued = "dlock:{"+name+"}:queue", 1
+				opts = append(opts, dlock.Fair())
+			}
+			// A long node timeout makes the promise of a released lock to
+			// the named waiter outlast the waiters' timers on a slow
+			// machine, so that only the order of the queue decides.
+			newClient := func() (*redlock.Backend, *dlock.Client) {
+				b := open(t, g, "node_timeout=3s")
+				c, err := dlock.New(b, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				return b, c
+			}
+			_, hc := newClient()
+			held, err := hc.Mutex(name, dlock.TTL(time.Minute)).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 3
+			type result struct {
+				i int
+				l *dlock.Lease
+				e error
+			}
+			got := make(chan result, n)
+			backends := make([]*redlock.Backend, n)
+			for i := range n {
+				b, c := newClient()
+				backends[i] = b
+				go func() {
+					l, err := c.Mutex(name, dlock.TTL(time.Minute)).Lock(ctx)
+					got <- result{i, l, err}
+				}()
+				waitQueued(t, g, queue, queued+i+1)
+			}
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for want := range n {
+				r := <-got
+				if r.e != nil {
+					t.Fatalf("waiter %d: %v", r.i, r.e)
+				}
+				if r.i != want {
+					t.Fatalf("waiter %d got the lock before waiter %d, which the release named", r.i, want)
+				}
+				if w := redlock.Woken(backends[r.i]); w == 0 {
+					t.Errorf("waiter %d got the lock without a release notice waking it", r.i)
+				}
+				for j := r.i + 1; j < n; j++ {
+					if w := redlock.Woken(backends[j]); w != 0 {
+						t.Errorf("waiter %d was woken %d times by releases that named waiter %d or before", j, w, r.i)
+					}
+				}
+				if err := r.l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestPromiseToNamedWaiter: a release promises the lock to the waiter its
+// notice names for the node timeout, so a newcomer that needs no notice
+// does not take it first; a named waiter that does not try (here it never
+// calls Wait, as a process that died) holds the lock up no longer than
+// that, and one that withdraws passes the promise on at once.
+func TestPromiseToNamedWaiter(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	ctx := context.Background()
+	b := open(t, g, "node_timeout=3s")
+	for _, withdraw := range []bool{false, true} {
+		t.Run(fmt.Sprintf("withdraw=%v", withdraw), func(t *testing.T) {
+			name := fmt.Sprintf("promise-%v", withdraw)
+			hold := func(owner string) dlock.Hold {
+				gr, _, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: owner, TTL: time.Minute})
+				if err != nil {
+					t.Fatalf("Acquire by %s: %v", owner, err)
+				}
+				return dlock.Hold{Name: name, Owner: owner, Token: gr.Token, Handle: gr.Handle}
+			}
+			h := hold("holder")
+			_, w, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: "waiter", TTL: time.Minute, Wait: true})
+			if !errors.Is(err, dlock.ErrNotAcquired) || w == nil {
+				t.Fatalf("waiting Acquire = %v, %v; want ErrNotAcquired and a waiter", w, err)
+			}
+			if err := b.Release(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			if withdraw {
+				if err := w.Cancel(ctx); err != nil {
+					t.Fatal(err)
+				}
+				// Nobody is promised the lock any more.
+				h := hold("newcomer")
+				if err := b.Release(ctx, h); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			defer w.Cancel(ctx)
+			if _, _, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: "newcomer", TTL: time.Minute}); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("a newcomer's Acquire while the lock is promised = %v, want ErrNotAcquired", err)
+			}
+			// The promise ends.
+			deadline := time.Now().Add(time.Minute)
+			for {
+				gr, _, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: "newcomer", TTL: time.Minute})
+				if err == nil {
+					if err := b.Release(ctx, dlock.Hold{Name: name, Owner: "newcomer", Token: gr.Token, Handle: gr.Handle}); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if !errors.Is(err, dlock.ErrNotAcquired) || time.Now().After(deadline) {
+					t.Fatalf("Acquire after the promise: %v", err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestSharedSubscription: the waiters of one Backend share one
+// subscription per master to a lock's channel, instead of a connection
+// each.
+func TestSharedSubscription(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	ctx := context.Background()
+	b := open(t, g, "")
+	c, err := dlock.New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const name = "shared"
+	held, err := c.Mutex(name, dlock.TTL(time.Minute)).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			l, err := c.Mutex(name, dlock.TTL(time.Minute)).Lock(ctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			errs <- err
+		}()
+		waitQueued(t, g, "dlock:{"+name+"}:wqueue", i+1)
+	}
+	for i, s := range g.Nodes() {
+		v, err := s.Do(ctx, "PUBSUB", "NUMSUB", "dlock:{"+name+"}:wake")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := v.([]any); len(l) != 2 || l[1] != int64(1) {
+			t.Errorf("master %d: PUBSUB NUMSUB = %v, want 1 subscriber for %d waiters", i, v, n)
+		}
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
