@@ -2,3 +2,6 @@ package redlock
 
 // Woken returns how many times release notices woke a waiter of b.
 func Woken(b *Backend) int64 { return b.woken.Load() }
+
+// Received returns how many release notices b received.
+func Received(b *Backend) int64 { return b.received.Load() }

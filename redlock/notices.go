@@ -11,15 +11,16 @@ import (
 
 // notices receives the release notices of one master for all the waiters
 // of a Backend, on one pub/sub connection made with the first waiter. Each
-// lock with waiters here has one subscription to its channel; when its
-// last waiter leaves, the subscription lingers for a while (a lock waited
-// on once is likely to be waited on again) and is then dropped. So a
-// waiter costs no connection, and usually no SUBSCRIBE either.
-//
-// A notice names the waiter that should try (the head of the fair queue,
-// or of the queue of waiters that are not fair): only that waiter hears
-// of it. An empty notice (nobody queued there) goes to every waiter of the
-// lock.
+// lock with waiters here has two subscriptions: to the lock's channel,
+// where a release that frees it with nobody queued sends an empty notice
+// for every waiter, and to the lock's channel for this Backend, where a
+// release sends a notice that names the waiter that should try (the head
+// of the fair queue, or of the queue of waiters that are not fair) when
+// that waiter is one of this Backend's: only that waiter hears of it, and
+// other processes get nothing. When the last waiter of a lock leaves, its
+// subscriptions linger for a while (a lock waited on once is likely to be
+// waited on again) and are then dropped. So a waiter costs no connection,
+// and usually no SUBSCRIBE either.
 type notices struct {
 	b *Backend
 	i int // the master
@@ -61,10 +62,9 @@ func (b *Backend) startNotices() {
 	}
 }
 
-// attach makes w hear the notices of its lock from this master,
-// subscribing to the lock's channel unless a subscription is there.
-func (n *notices) attach(w *waiter) {
-	ch := w.ch
+// attach makes w hear the notices on channel ch (one of its lock's) from
+// this master, subscribing unless a subscription is there.
+func (n *notices) attach(w *waiter, ch string) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -88,13 +88,13 @@ func (n *notices) attach(w *waiter) {
 	}
 }
 
-// tryAttach attaches w if the lock's channel has a subscription here, and
-// reports whether the master confirmed it: then every notice the master
-// sends from now on reaches w.
-func (n *notices) tryAttach(w *waiter) (attached, confirmed bool) {
+// tryAttach attaches w if channel ch has a subscription here, and reports
+// whether the master confirmed it: then every notice the master sends on
+// ch from now on reaches w.
+func (n *notices) tryAttach(w *waiter, ch string) (attached, confirmed bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := n.subs[w.ch]
+	s := n.subs[ch]
 	if n.closed || s == nil || s.gone {
 		return false, false
 	}
@@ -115,12 +115,12 @@ func (n *notices) confirmed(ch string) bool {
 	return s != nil && s.confirmed && !n.closed
 }
 
-// detach stops the notices to w; a subscription left without waiters
-// lingers.
-func (n *notices) detach(w *waiter) {
+// detach stops the notices on ch to w; a subscription left without
+// waiters lingers.
+func (n *notices) detach(w *waiter, ch string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := n.subs[w.ch]
+	s := n.subs[ch]
 	if s == nil {
 		return
 	}
@@ -232,6 +232,7 @@ func (n *notices) read(ps *goredis.PubSub) {
 				n.confirm(m.Channel)
 			}
 		case *goredis.Message:
+			n.b.received.Add(1)
 			n.dispatch(m.Channel, m.Payload)
 		}
 	}

@@ -27,6 +27,7 @@ type Backend struct {
 	cfg    config
 	owned  bool // Close closes the clients
 	desc   string
+	id     string // the prefix of this Backend's waiter ids (16 hex digits)
 
 	bg        sync.WaitGroup // per-node calls that outlive the operation that started them
 	closeOnce sync.Once
@@ -36,6 +37,7 @@ type Backend struct {
 	conduits  []conduit      // per master: the calls to it
 	notices   []notices      // per master: the release notices to waiters
 	woken     atomic.Int64   // waiters woken by release notices (for tests)
+	received  atomic.Int64   // release notices received (for tests)
 	workers   sync.WaitGroup // goroutines sending queued calls
 }
 
@@ -69,6 +71,7 @@ func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
 		b.addrs = append(b.addrs, c.Options().Addr)
 	}
 	b.desc = "redlock " + strings.Join(b.addrs, ",")
+	b.id = newID()[:16]
 	b.startConduits()
 	b.startNotices()
 	return b, nil
@@ -474,7 +477,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if req.Wait {
 		// A waiter keeps its place (queue id and ticket) over its
 		// attempts; each attempt has an id of its own.
-		mode, qid, ticket = modeWait, newID(), time.Now().UnixMicro()
+		mode, qid, ticket = modeWait, b.id+newID()[16:], time.Now().UnixMicro()
 		if req.Fair {
 			mode = modeFair
 		}
@@ -1040,15 +1043,15 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 type waiter struct {
 	b      *Backend
 	req    dlock.Request
-	qid    string // the waiter's id in the queues
-	ch     string // the lock's channel
+	qid    string    // the waiter's id in the queues
+	chans  [2]string // the lock's channel, and its channel for this Backend
 	mode   string
 	ticket int64
 	wake   chan struct{}
 	first  bool // the next Wait returns at once
-	// attached says, per master, whether the waiter is attached to its
-	// notices; nil while it is attached to none.
-	attached []bool
+	// attached says, per master and channel, whether the waiter is
+	// attached to its notices; nil while it is attached to none.
+	attached [][2]bool
 	res      attemptResult
 	once     sync.Once
 
@@ -1087,41 +1090,47 @@ func (w *waiter) attempted(res attemptResult) {
 const maxWait = time.Second
 
 func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64) *waiter {
-	return &waiter{b: b, req: req, qid: qid, ch: b.channel(req.Name), mode: mode, ticket: ticket, wake: make(chan struct{}, 1), first: true}
+	ch := b.channel(req.Name)
+	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), first: true}
+	w.chans = [2]string{ch, ch + ":" + b.id}
+	return w
 }
 
-// tryAttach attaches w to the notices of every master where the lock's
-// channel has a subscription, and reports whether all of them are
-// confirmed. When none is there it allocates nothing.
+// tryAttach attaches w to the notices of every master where its channels
+// have subscriptions, if all of them are confirmed, and reports whether it
+// did.
 func (w *waiter) tryAttach() bool {
-	all := true
 	for i := range w.b.notices {
-		if !w.b.notices[i].confirmed(w.ch) {
-			all = false
+		for _, ch := range w.chans {
+			if !w.b.notices[i].confirmed(ch) {
+				return false
+			}
 		}
 	}
-	if !all {
-		return false
-	}
-	w.attached = make([]bool, len(w.b.notices))
+	w.attached = make([][2]bool, len(w.b.notices))
+	all := true
 	for i := range w.b.notices {
-		var ok bool
-		w.attached[i], ok = w.b.notices[i].tryAttach(w)
-		all = all && ok
+		for j, ch := range w.chans {
+			var ok bool
+			w.attached[i][j], ok = w.b.notices[i].tryAttach(w, ch)
+			all = all && ok
+		}
 	}
 	return all
 }
 
-// attach attaches w to the notices of every master it is not attached to
-// yet, subscribing where needed.
+// attach attaches w to the notices on its channels of every master where
+// it is not attached yet, subscribing where needed.
 func (w *waiter) attach() {
 	if w.attached == nil {
-		w.attached = make([]bool, len(w.b.notices))
+		w.attached = make([][2]bool, len(w.b.notices))
 	}
 	for i := range w.b.notices {
-		if !w.attached[i] {
-			w.b.notices[i].attach(w)
-			w.attached[i] = true
+		for j, ch := range w.chans {
+			if !w.attached[i][j] {
+				w.b.notices[i].attach(w, ch)
+				w.attached[i][j] = true
+			}
 		}
 	}
 }
@@ -1208,9 +1217,11 @@ func (w *waiter) Cancel(ctx context.Context) error {
 
 func (w *waiter) close() {
 	w.once.Do(func() {
-		for i, ok := range w.attached {
-			if ok {
-				w.b.notices[i].detach(w)
+		for i, on := range w.attached {
+			for j, ch := range w.chans {
+				if on[j] {
+					w.b.notices[i].detach(w, ch)
+				}
 			}
 		}
 	})

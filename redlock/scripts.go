@@ -158,6 +158,21 @@ end
 return 0
 `)
 
+// notifySource defines notify(channel, id), which sends a release notice
+// for waiter id on the lock's channel: on the channel itself if id is ""
+// (every waiter of the lock hears it), else on the channel of the
+// waiter's Backend, the channel followed by ":" and the first 16 bytes of
+// the id (see notices).
+const notifySource = `
+local function notify(ch, id)
+  if id == '' then
+    redis.call('PUBLISH', ch, '')
+  else
+    redis.call('PUBLISH', ch .. ':' .. string.sub(id, 1, 16), id)
+  end
+end
+`
+
 // releaseScript gives up one hold on one master: the hold of owner that has
 // the token as its fence or the acquisition id (a grant that was never
 // fenced there). When the lock frees it publishes on the lock's channel.
@@ -181,7 +196,7 @@ return 0
 // token. So an acquisition or renewal of that hold still on its way to
 // the master (it was paused, or the link was slow) is refused when it
 // arrives after the release, instead of making a hold nobody releases.
-var releaseScript = newScript(`
+var releaseScript = newScript(notifySource + `
 local h = KEYS[1]
 if ARGV[5] ~= '' then
   for k = 2, 5 do
@@ -225,7 +240,7 @@ end
 if head == '' and cur[6] then
   redis.call('HDEL', h, 'p', 'pt')
 end
-redis.call('PUBLISH', ARGV[4], head)
+notify(ARGV[4], head)
 return {1, 0}
 `)
 
@@ -239,7 +254,7 @@ return {1, 0}
 //
 // Replies 1 if it was queued, else 0. A promise of the lock to the waiter
 // passes to the next head of the wait queue, or ends.
-var cancelScript = newScript(`
+var cancelScript = newScript(notifySource + `
 local cur = redis.call('HMGET', KEYS[1], 'o', 'x', 'p')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -267,7 +282,7 @@ if wasHead and (not cur[1] or (tonumber(cur[2]) or 0) <= now) then
       next = redis.call('ZRANGE', KEYS[j], 0, 0)[1] or ''
     end
   end
-  redis.call('PUBLISH', ARGV[2], next)
+  notify(ARGV[2], next)
 end
 return math.min(r, 1)
 `)

@@ -42,7 +42,7 @@ func waitQueued(t *testing.T, g *testserver.RedisGroup, key string, n int) {
 // are not fair), not every waiter of the lock, and that waiter gets the
 // lock by the notice. Each waiter is a process of its own (a Backend with
 // its own connections); they queue in order, and the lock passes down the
-// queue.
+// queue. The other processes receive no notice at all.
 func TestReleaseWakesNamedWaiter(t *testing.T) {
 	g := testserver.RedisN(t, 5)
 	for _, fair := range []bool{false, true} {
@@ -108,6 +108,9 @@ func TestReleaseWakesNamedWaiter(t *testing.T) {
 				for j := r.i + 1; j < n; j++ {
 					if w := redlock.Woken(backends[j]); w != 0 {
 						t.Errorf("waiter %d was woken %d times by releases that named waiter %d or before", j, w, r.i)
+					}
+					if m := redlock.Received(backends[j]); m != 0 {
+						t.Errorf("waiter %d's process received %d notices of releases that named waiter %d or before", j, m, r.i)
 					}
 				}
 				if err := r.l.Unlock(ctx); err != nil {
