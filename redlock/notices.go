@@ -28,6 +28,7 @@ type notices struct {
 	mu      sync.Mutex
 	subs    map[string]*noticeSub // by channel
 	pending map[string]int        // SUBSCRIBEs sent and not yet confirmed, by channel
+	names   map[string]int        // subscriptions by lock name
 	idle    int                   // subscriptions without waiters, lingering
 	ps      *goredis.PubSub
 	closed  bool
@@ -40,7 +41,8 @@ type notices struct {
 // noticeSub is the subscription to one lock's channel on one master.
 type noticeSub struct {
 	ch        string
-	confirmed bool // the master confirmed the SUBSCRIBE (since the connection was last made)
+	name      string // the lock's
+	confirmed bool   // the master confirmed the SUBSCRIBE (since the connection was last made)
 	waiters   []*waiter
 	timer     *time.Timer // set while lingering without waiters
 	gone      bool        // no longer in subs
@@ -58,7 +60,7 @@ const (
 func (b *Backend) startNotices() {
 	b.notices = make([]notices, len(b.nodes))
 	for i := range b.notices {
-		b.notices[i] = notices{b: b, i: i, subs: make(map[string]*noticeSub), pending: make(map[string]int), closing: make(chan struct{})}
+		b.notices[i] = notices{b: b, i: i, subs: make(map[string]*noticeSub), pending: make(map[string]int), names: make(map[string]int), closing: make(chan struct{})}
 	}
 }
 
@@ -73,8 +75,9 @@ func (n *notices) attach(w *waiter, ch string) {
 	s := n.subs[ch]
 	created := s == nil
 	if created {
-		s = &noticeSub{ch: ch}
+		s = &noticeSub{ch: ch, name: w.req.Name}
 		n.subs[ch] = s
+		n.names[s.name]++
 	}
 	if s.timer != nil {
 		s.timer.Stop()
@@ -105,6 +108,15 @@ func (n *notices) tryAttach(w *waiter, ch string) (attached, confirmed bool) {
 	}
 	s.waiters = append(s.waiters, w)
 	return true, s.confirmed
+}
+
+// waitedOn reports whether this Backend's waiters subscribed to the
+// channels of lock name here (they may have left since), without
+// allocating.
+func (n *notices) waitedOn(name string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.names[name] > 0
 }
 
 // confirmed reports whether channel ch has a confirmed subscription here.
@@ -149,14 +161,27 @@ func (n *notices) expire(s *noticeSub) {
 	}
 	s.timer = nil
 	n.idle--
-	s.gone = true
-	delete(n.subs, s.ch)
+	n.drop(s)
 	ps := n.ps
 	n.mu.Unlock()
 	if ps != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
 		ps.Unsubscribe(ctx, s.ch)
 		cancel()
+	}
+}
+
+// drop forgets subscription s.
+func (n *notices) drop(s *noticeSub) {
+	if s.gone {
+		return
+	}
+	s.gone = true
+	if n.subs[s.ch] == s {
+		delete(n.subs, s.ch)
+	}
+	if n.names[s.name]--; n.names[s.name] <= 0 {
+		delete(n.names, s.name)
 	}
 }
 
@@ -189,10 +214,7 @@ func (n *notices) subscribe(s *noticeSub) {
 	if n.pending[s.ch] > 0 {
 		n.pending[s.ch]--
 	}
-	s.gone = true
-	if n.subs[s.ch] == s {
-		delete(n.subs, s.ch)
-	}
+	n.drop(s)
 	if s.timer != nil {
 		s.timer.Stop()
 		s.timer = nil

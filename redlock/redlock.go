@@ -116,7 +116,26 @@ func (b *Backend) channel(name string) string { return b.lockKey(name) + ":wake"
 // the queue of waiters that are not fair and their deadlines.
 func (b *Backend) keys(name string) []string {
 	k := b.lockKey(name)
-	return []string{k, k + ":queue", k + ":deadlines", k + ":wqueue", k + ":wdeadlines"}
+	suffixes := [...]string{"", ":queue", ":deadlines", ":wqueue", ":wdeadlines"}
+	size := 0
+	for _, s := range suffixes[1:] {
+		size += len(k) + len(s)
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for _, s := range suffixes[1:] {
+		sb.WriteString(k)
+		sb.WriteString(s)
+	}
+	all := sb.String() // one allocation for the four keys that are not k
+	keys := make([]string, len(suffixes))
+	keys[0] = k
+	at := 0
+	for j, s := range suffixes[1:] {
+		keys[j+1] = all[at : at+len(k)+len(s)]
+		at += len(k) + len(s)
+	}
+	return keys
 }
 
 // drift is the allowance for clock drift between the masters and this
@@ -129,6 +148,20 @@ func (b *Backend) drift(ttl time.Duration) time.Duration {
 // nodeCtx bounds one call to one master.
 func (b *Backend) nodeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, b.cfg.nodeTimeout)
+}
+
+// roundCtx bounds calls made at once to each of the n masters by the node
+// timeout, with one context for all of them; each call runs done when it
+// ends, and the last one releases the context.
+func (b *Backend) roundCtx(ctx context.Context, n int) (rctx context.Context, done func()) {
+	rctx, cancel := b.nodeCtx(ctx)
+	var left atomic.Int32
+	left.Store(int32(n))
+	return rctx, func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
 }
 
 // Reply kinds of the acquire script.
@@ -154,15 +187,13 @@ type nodeRes struct {
 }
 
 // tryNode runs the acquire script with keys and args (the same for every
-// master) on master i.
+// master) on master i, bounded by ctx (the node timeout).
 func (b *Backend) tryNode(ctx context.Context, i int, keys []string, args []any) nodeRes {
 	r := nodeRes{i: i, kind: kindError}
 	if b.closed.Load() {
 		r.err = dlock.ErrClosed
 		return r
 	}
-	ctx, cancel := b.nodeCtx(ctx)
-	defer cancel()
 	v, err := b.run(ctx, i, acquireScript, keys, args...).Slice()
 	if err != nil {
 		r.err = err
@@ -484,8 +515,8 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	}
 	var w *waiter
 	armed := false
-	if req.Wait {
-		// Where this Backend's waiters subscribed to the lock's channel
+	if req.Wait && b.notices[0].waitedOn(req.Name) {
+		// Where this Backend's waiters subscribed to the lock's channels
 		// already, the waiter hears the notices from before its first
 		// attempt, and need not make a second one at once.
 		w = b.newWaiter(req, qid, mode, ticket)
@@ -506,6 +537,9 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			b.cancel(context.WithoutCancel(ctx), req.Name, qid)
 		}
 		return dlock.Grant{}, nil, err
+	}
+	if w == nil {
+		w = b.newWaiter(req, qid, mode, ticket)
 	}
 	w.attempted(res)
 	w.attach()
@@ -569,11 +603,13 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		a.maxP = max(a.maxP, proposal)
 		a.mu.Unlock()
 		args := []any{req.Owner, req.TTL.Milliseconds(), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
+		rctx, done := b.roundCtx(nctx, n)
 		for i := range n {
 			b.bg.Add(1)
 			go func() {
 				defer b.bg.Done()
-				r := b.tryNode(nctx, i, keys, args)
+				r := b.tryNode(rctx, i, keys, args)
+				done()
 				r.round = round
 				a.mu.Lock()
 				if a.state == statePending {
@@ -883,13 +919,13 @@ func (b *Backend) fanOut(ctx context.Context, need int, giveUp bool, call func(c
 	}
 	n := len(b.nodes)
 	ch := make(chan res, n)
+	rctx, end := b.roundCtx(ctx, n)
 	for i := range n {
 		b.bg.Add(1)
 		go func() {
 			defer b.bg.Done()
-			nctx, cancel := b.nodeCtx(ctx)
-			defer cancel()
-			done, err := call(nctx, i)
+			done, err := call(rctx, i)
+			end()
 			ch <- res{i, done, err}
 		}()
 	}

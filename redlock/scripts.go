@@ -198,9 +198,12 @@ end
 // arrives after the release, instead of making a hold nobody releases.
 var releaseScript = newScript(notifySource + `
 local h = KEYS[1]
-if ARGV[5] ~= '' then
-  for k = 2, 5 do
+local queued = {}
+for k = 2, 4, 2 do
+  queued[k] = redis.call('EXISTS', KEYS[k]) == 1
+  if queued[k] and ARGV[5] ~= '' then
     redis.call('ZREM', KEYS[k], ARGV[5])
+    redis.call('ZREM', KEYS[k + 1], ARGV[5])
   end
 end
 local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p')
@@ -225,7 +228,7 @@ if floor and (tonumber(cur[5]) or 0) < floor then
 end
 local head = ''
 for k = 2, 4, 2 do
-  if head == '' and redis.call('EXISTS', KEYS[k]) == 1 then
+  if head == '' and queued[k] then
     local dead = redis.call('ZRANGEBYSCORE', KEYS[k + 1], '-inf', now, 'LIMIT', 0, 100)
     for _, id in ipairs(dead) do
       redis.call('ZREM', KEYS[k], id)
