@@ -39,6 +39,8 @@ type Backend struct {
 	woken     atomic.Int64   // waiters woken by release notices (for tests)
 	received  atomic.Int64   // release notices received (for tests)
 	workers   sync.WaitGroup // goroutines sending queued calls
+	pool      sync.WaitGroup // goroutines of the masters' pools (see spawn)
+	quit      chan struct{}  // closed by Close after b.bg: ends the pools
 }
 
 var _ dlock.Backend = (*Backend)(nil)
@@ -66,7 +68,7 @@ func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
 	if len(cfg.errs) > 0 {
 		return nil, fmt.Errorf("%w: redlock: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
 	}
-	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, stop: make(chan struct{}), retries: make([]retryQueue, len(clients))}
+	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, stop: make(chan struct{}), quit: make(chan struct{}), retries: make([]retryQueue, len(clients))}
 	for _, c := range clients {
 		b.addrs = append(b.addrs, c.Options().Addr)
 	}
@@ -93,6 +95,8 @@ func (b *Backend) Close() error {
 		b.closed.Store(true)
 		close(b.stop)
 		b.bg.Wait()
+		close(b.quit)
+		b.pool.Wait()
 		b.workers.Wait()
 		for i := range b.notices {
 			b.notices[i].close()
@@ -606,7 +610,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		rctx, done := b.roundCtx(nctx, n)
 		for i := range n {
 			b.bg.Add(1)
-			go func() {
+			b.spawn(i, func() {
 				defer b.bg.Done()
 				r := b.tryNode(rctx, i, keys, args)
 				done()
@@ -622,7 +626,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 				if f != nil {
 					f()
 				}
-			}()
+			})
 		}
 		granted, held, failed, stale = nil, nil, nil, nil
 		got, nReent := 0, 0
@@ -922,12 +926,12 @@ func (b *Backend) fanOut(ctx context.Context, need int, giveUp bool, call func(c
 	rctx, end := b.roundCtx(ctx, n)
 	for i := range n {
 		b.bg.Add(1)
-		go func() {
+		b.spawn(i, func() {
 			defer b.bg.Done()
 			done, err := call(rctx, i)
 			end()
 			ch <- res{i, done, err}
-		}()
+		})
 	}
 	for got := 0; got < n; got++ {
 		if ok >= need || giveUp && ok+n-got < need {
