@@ -188,20 +188,28 @@ end
 // wait queue has the lock promised for the promise time (the node
 // timeout), so that it is not beaten to it by a newcomer that needs no
 // notice, and only then may anyone take it again; a waiter that does not
-// try (it died) holds up the others no longer than that. When the lock is
-// free on the
-// master afterwards (released, or not held at all), its fence is raised
-// to at least the floor: the release of a hold with token T raises it to
-// T+1, and the giving back of a failed attempt to its highest proposed
-// token. So an acquisition or renewal of that hold still on its way to
-// the master (it was paused, or the link was slow) is refused when it
-// arrives after the release, instead of making a hold nobody releases.
+// try (it died) holds up the others no longer than that. The release of a
+// waiter's hold on a master where the waiter does not hold it, but the
+// free lock was to go to it (it is the fair head, or was promised the
+// lock), hands the lock on to the next waiter in the same way: else the
+// masters would keep it for different waiters, and the next attempt would
+// split them. When the lock is free on the master afterwards (released,
+// or not held at all), its fence is raised to at least the floor: the
+// release of a hold with token T raises it to T+1, and the giving back of
+// a failed attempt to its highest proposed token. So an acquisition or
+// renewal of that hold still on its way to the master (it was paused, or
+// the link was slow) is refused when it arrives after the release,
+// instead of making a hold nobody releases.
 var releaseScript = newScript(notifySource + `
 local h = KEYS[1]
 local queued = {}
+local wasHead = false
 for k = 2, 4, 2 do
   queued[k] = redis.call('EXISTS', KEYS[k]) == 1
   if queued[k] and ARGV[5] ~= '' then
+    if k == 2 then
+      wasHead = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[5]
+    end
     redis.call('ZREM', KEYS[k], ARGV[5])
     redis.call('ZREM', KEYS[k + 1], ARGV[5])
   end
@@ -211,9 +219,34 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local live = cur[1] and (tonumber(cur[4]) or 0) > now
 local floor = tonumber(ARGV[6])
+local function handoff()
+  local head = ''
+  for k = 2, 4, 2 do
+    if head == '' and queued[k] then
+      local dead = redis.call('ZRANGEBYSCORE', KEYS[k + 1], '-inf', now, 'LIMIT', 0, 100)
+      for _, id in ipairs(dead) do
+        redis.call('ZREM', KEYS[k], id)
+        redis.call('ZREM', KEYS[k + 1], id)
+      end
+      head = redis.call('ZRANGE', KEYS[k], 0, 0)[1] or ''
+      if k == 4 and head ~= '' then
+        redis.call('HSET', h, 'p', head, 'pt', now + tonumber(ARGV[7]))
+      end
+    end
+  end
+  if head == '' and cur[6] then
+    redis.call('HDEL', h, 'p', 'pt')
+  end
+  notify(ARGV[4], head)
+end
 if not (live and cur[1] == ARGV[1] and (ARGV[2] ~= '' and cur[5] == ARGV[2] or cur[3] == ARGV[3])) then
   if not live and floor and (tonumber(cur[5]) or 0) < floor then
     redis.call('HSET', h, 'f', ARGV[6])
+  end
+  if not live and (wasHead or (ARGV[5] ~= '' and cur[6] == ARGV[5])) then
+    -- The waiter leaves while the lock is free here and was to go to it:
+    -- it goes to the next one.
+    handoff()
   end
   return {0}
 end
@@ -226,24 +259,7 @@ redis.call('HDEL', h, 'o', 'n', 'g', 'x')
 if floor and (tonumber(cur[5]) or 0) < floor then
   redis.call('HSET', h, 'f', ARGV[6])
 end
-local head = ''
-for k = 2, 4, 2 do
-  if head == '' and queued[k] then
-    local dead = redis.call('ZRANGEBYSCORE', KEYS[k + 1], '-inf', now, 'LIMIT', 0, 100)
-    for _, id in ipairs(dead) do
-      redis.call('ZREM', KEYS[k], id)
-      redis.call('ZREM', KEYS[k + 1], id)
-    end
-    head = redis.call('ZRANGE', KEYS[k], 0, 0)[1] or ''
-    if k == 4 and head ~= '' then
-      redis.call('HSET', h, 'p', head, 'pt', now + tonumber(ARGV[7]))
-    end
-  end
-end
-if head == '' and cur[6] then
-  redis.call('HDEL', h, 'p', 'pt')
-end
-notify(ARGV[4], head)
+handoff()
 return {1, 0}
 `)
 

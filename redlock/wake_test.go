@@ -229,3 +229,74 @@ func TestSharedSubscription(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseHandsOnPromise: a waiter got the lock on a quorum while a
+// master that it did not get (held there by another owner, whose hold
+// there then expired) was promised to it; releasing its hold ends that
+// promise there too, instead of keeping the master from every other
+// waiter until the promise runs out.
+func TestReleaseHandsOnPromise(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	ctx := context.Background()
+	b := open(t, g, "")
+	const name = "handon"
+	key := "dlock:{" + name + "}"
+	gr, _, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: "holder", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: "waiter", TTL: time.Minute, Wait: true})
+	if !errors.Is(err, dlock.ErrNotAcquired) || w == nil {
+		t.Fatalf("waiting Acquire = %v, %v; want ErrNotAcquired and a waiter", w, err)
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: name, Owner: "holder", Token: gr.Token, Handle: gr.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	// On the last master, another owner holds the lock for a moment, and
+	// the lock is promised to the waiter for an hour.
+	last := g.Node(4)
+	id := redlock.WaiterID(w)
+	if _, err := last.Do(ctx, "EVAL", `local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('HSET', KEYS[1], 'o', 'other', 'n', 1, 'g', 'x', 'x', now + 300, 'p', ARGV[1], 'pt', now + 3600000)
+return 1`, "1", key, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg, err := w.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("the waiter's Acquire: %v", err)
+	}
+	// Let the other owner's hold on the last master expire.
+	for {
+		v, err := last.Do(ctx, "EVAL", `local t = redis.call('TIME')
+return tonumber(redis.call('HGET', KEYS[1], 'x')) <= t[1] * 1000 + math.floor(t[2] / 1000) and 1 or 0`, "1", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == int64(1) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: name, Owner: "waiter", Token: wg.Token, Handle: wg.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	// Release returns at a quorum; the last master may answer later.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, err := last.Do(ctx, "HGET", key, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last master still promises the lock to %v after the waiter released its hold", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
