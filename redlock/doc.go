@@ -77,20 +77,29 @@
 // others is free; exclusion and tokens are not affected).
 //
 // Reentrancy is by explicit owner, with the count kept on each master. A
-// waiting Lock subscribes to the lock's channel on every master and
-// retries once release notices show enough free masters for a quorum
-// (counting those that were free at its last attempt), at the latest when the
-// holder's shortest remaining lease ends (and at least every second), and
-// after a short random pause when contenders split the masters between
-// them (nobody got a quorum, and all gave back; under 0.3ms for a
-// contender that got all but one of a quorum, 1-15ms for the others). Fair waiters queue on
-// every master by a ticket (their arrival time by their own clock), so the
-// masters agree on the order and the globally first waiter is the head
-// wherever it is queued; a free lock with a queue goes to its head only,
-// and the release notice names that head, so that only it tries (the
-// others keep their place with an attempt at least every second).
-// Fairness across processes thus follows their clocks; exclusion and
-// tokens do not.
+// waiting Lock hears the release notices of every master (the waiters of a
+// Backend share one pub/sub connection per master and one subscription
+// per lock, which outlives them for a while) and retries once notices show
+// enough free masters for a quorum (counting those that were free at its
+// last attempt), at the latest when the holder's shortest remaining lease
+// ends (and at least every second), and after a short random pause when
+// contenders split the masters between them (it got masters, nobody got a
+// quorum, and all gave back; under 0.3ms for a contender that got all but
+// one of a quorum, 1-15ms for the others). A notice names one waiter, and
+// only that waiter tries, so that a release is not followed by every
+// waiter colliding on the masters. Waiters queue on every master by a
+// ticket (their arrival time by their own clock), so the masters agree on
+// the order and name the same waiter. Fair waiters queue in the fair
+// queue: a free lock with a fair queue goes to its head only, and the
+// notice names that head (the others keep their place with an attempt at
+// least every second). Other waiters queue in a wait queue that decides
+// nothing about grants: the notice names its head, and the release
+// promises the lock to that waiter for the node timeout, so that a
+// newcomer, which needs no notice, does not take it first; then anyone
+// may take it (a waiter that died holds the lock up no longer than that,
+// and one that gives up passes the promise on). A waiter that makes no
+// attempt for 5 seconds leaves the queues. Fairness across processes thus
+// follows their clocks; exclusion and tokens do not.
 //
 // The calls to each master go through a few worker goroutines of its own,
 // which send all the calls waiting for that master as one pipeline: under
@@ -98,8 +107,10 @@
 //
 // Each master holds, per lock, the hash PREFIX:{NAME} with the holder, its
 // reentry count, its acquisition id, the end of its lease by that master's
-// clock and the fence (the last token written there, or one above the
-// last released token), which is kept when the lock frees.
+// clock, the waiter the free lock is promised to and until when, and the
+// fence (the last token written there, or one above the last released
+// token), which is kept when the lock frees; and, while waiters queue, the
+// two queues and their waiters' deadlines.
 //
 // # Assumptions, and what breaks when they fail
 //

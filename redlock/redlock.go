@@ -27,6 +27,7 @@ type Backend struct {
 	cfg    config
 	owned  bool // Close closes the clients
 	desc   string
+	id     string // the prefix of this Backend's waiter ids (16 hex digits)
 
 	bg        sync.WaitGroup // per-node calls that outlive the operation that started them
 	closeOnce sync.Once
@@ -34,7 +35,12 @@ type Backend struct {
 	stop      chan struct{}  // closed by Close: stops the give-back retries
 	retries   []retryQueue   // per master: give-backs that failed and are retried
 	conduits  []conduit      // per master: the calls to it
+	notices   []notices      // per master: the release notices to waiters
+	woken     atomic.Int64   // waiters woken by release notices (for tests)
+	received  atomic.Int64   // release notices received (for tests)
 	workers   sync.WaitGroup // goroutines sending queued calls
+	pool      sync.WaitGroup // goroutines of the masters' pools (see spawn)
+	quit      chan struct{}  // closed by Close after b.bg: ends the pools
 }
 
 var _ dlock.Backend = (*Backend)(nil)
@@ -62,12 +68,14 @@ func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
 	if len(cfg.errs) > 0 {
 		return nil, fmt.Errorf("%w: redlock: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
 	}
-	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, stop: make(chan struct{}), retries: make([]retryQueue, len(clients))}
+	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, stop: make(chan struct{}), quit: make(chan struct{}), retries: make([]retryQueue, len(clients))}
 	for _, c := range clients {
 		b.addrs = append(b.addrs, c.Options().Addr)
 	}
 	b.desc = "redlock " + strings.Join(b.addrs, ",")
+	b.id = newID()[:16]
 	b.startConduits()
+	b.startNotices()
 	return b, nil
 }
 
@@ -87,7 +95,12 @@ func (b *Backend) Close() error {
 		b.closed.Store(true)
 		close(b.stop)
 		b.bg.Wait()
+		close(b.quit)
+		b.pool.Wait()
 		b.workers.Wait()
+		for i := range b.notices {
+			b.notices[i].close()
+		}
 		if b.owned {
 			for _, c := range b.nodes {
 				if cerr := c.Close(); cerr != nil && err == nil {
@@ -103,10 +116,30 @@ func (b *Backend) lockKey(name string) string { return b.cfg.prefix + ":{" + enc
 
 func (b *Backend) channel(name string) string { return b.lockKey(name) + ":wake" }
 
-// keys are the lock hash, the fair queue and the waiters' deadlines.
+// keys are the lock hash, the fair queue and its waiters' deadlines, and
+// the queue of waiters that are not fair and their deadlines.
 func (b *Backend) keys(name string) []string {
 	k := b.lockKey(name)
-	return []string{k, k + ":queue", k + ":deadlines"}
+	suffixes := [...]string{"", ":queue", ":deadlines", ":wqueue", ":wdeadlines"}
+	size := 0
+	for _, s := range suffixes[1:] {
+		size += len(k) + len(s)
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for _, s := range suffixes[1:] {
+		sb.WriteString(k)
+		sb.WriteString(s)
+	}
+	all := sb.String() // one allocation for the four keys that are not k
+	keys := make([]string, len(suffixes))
+	keys[0] = k
+	at := 0
+	for j, s := range suffixes[1:] {
+		keys[j+1] = all[at : at+len(k)+len(s)]
+		at += len(k) + len(s)
+	}
+	return keys
 }
 
 // drift is the allowance for clock drift between the masters and this
@@ -119,6 +152,20 @@ func (b *Backend) drift(ttl time.Duration) time.Duration {
 // nodeCtx bounds one call to one master.
 func (b *Backend) nodeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, b.cfg.nodeTimeout)
+}
+
+// roundCtx bounds calls made at once to each of the n masters by the node
+// timeout, with one context for all of them; each call runs done when it
+// ends, and the last one releases the context.
+func (b *Backend) roundCtx(ctx context.Context, n int) (rctx context.Context, done func()) {
+	rctx, cancel := b.nodeCtx(ctx)
+	var left atomic.Int32
+	left.Store(int32(n))
+	return rctx, func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
 }
 
 // Reply kinds of the acquire script.
@@ -144,15 +191,13 @@ type nodeRes struct {
 }
 
 // tryNode runs the acquire script with keys and args (the same for every
-// master) on master i.
+// master) on master i, bounded by ctx (the node timeout).
 func (b *Backend) tryNode(ctx context.Context, i int, keys []string, args []any) nodeRes {
 	r := nodeRes{i: i, kind: kindError}
 	if b.closed.Load() {
 		r.err = dlock.ErrClosed
 		return r
 	}
-	ctx, cancel := b.nodeCtx(ctx)
-	defer cancel()
 	v, err := b.run(ctx, i, acquireScript, keys, args...).Slice()
 	if err != nil {
 		r.err = err
@@ -217,7 +262,7 @@ type attempt struct {
 	b     *Backend
 	req   dlock.Request
 	gid   string // unique to this attempt: the masters store it with the grant
-	qid   string // the fair waiter's id in the queues ("" if not fair)
+	qid   string // the waiter's id in the queues ("" for a TryLock)
 	owner string
 
 	mu       sync.Mutex
@@ -337,7 +382,7 @@ type giveBack struct {
 	name, owner string
 	token       string // the hold's token; "" to match by gid only
 	gid         string // the acquisition id stored with the grant
-	qid         string // the fair waiter to take out of the queue, if any
+	qid         string // the waiter to take out of the queues, if any
 	floor       string // the master's fence is raised to this when the lock is free there
 	until       time.Time
 
@@ -348,7 +393,7 @@ type giveBack struct {
 // prepare makes gb's script keys and arguments, the same for every master.
 func (b *Backend) prepare(gb *giveBack) {
 	gb.keys = b.keys(gb.name)
-	gb.args = []any{gb.owner, gb.token, gb.gid, b.channel(gb.name), gb.qid, gb.floor}
+	gb.args = []any{gb.owner, gb.token, gb.gid, b.channel(gb.name), gb.qid, gb.floor, b.cfg.nodeTimeout.Milliseconds()}
 }
 
 // releaseNode gives up one hold on master i. It reports whether the master
@@ -465,24 +510,44 @@ func (b *Backend) retryLoop(i int) {
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	mode, qid, ticket := modeTry, "", int64(0)
 	if req.Wait {
-		mode = modeWait
+		// A waiter keeps its place (queue id and ticket) over its
+		// attempts; each attempt has an id of its own.
+		mode, qid, ticket = modeWait, b.id+newID()[16:], time.Now().UnixMicro()
 		if req.Fair {
-			// A fair waiter keeps its place (queue id and ticket) over its
-			// attempts; each attempt has an id of its own.
-			mode, qid, ticket = modeFair, newID(), time.Now().UnixMicro()
+			mode = modeFair
 		}
+	}
+	var w *waiter
+	armed := false
+	if req.Wait && b.notices[0].waitedOn(req.Name) {
+		// Where this Backend's waiters subscribed to the lock's channels
+		// already, the waiter hears the notices from before its first
+		// attempt, and need not make a second one at once.
+		w = b.newWaiter(req, qid, mode, ticket)
+		armed = w.tryAttach()
 	}
 	g, res, err := b.attempt(ctx, req, qid, mode, ticket)
 	if err == nil {
+		if w != nil {
+			w.close()
+		}
 		return g, nil, nil
 	}
 	if !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) || ctx.Err() != nil {
-		if mode == modeFair {
+		if w != nil {
+			w.close()
+		}
+		if qid != "" {
 			b.cancel(context.WithoutCancel(ctx), req.Name, qid)
 		}
 		return dlock.Grant{}, nil, err
 	}
-	w := b.newWaiter(req, qid, mode, ticket, res)
+	if w == nil {
+		w = b.newWaiter(req, qid, mode, ticket)
+	}
+	w.attempted(res)
+	w.attach()
+	w.first = !armed
 	return dlock.Grant{}, w, err
 }
 
@@ -493,15 +558,15 @@ const (
 	modeFair = "f"
 )
 
-// waiterTimeout is how long a fair waiter keeps its place in the queues
+// waiterTimeout is how long a waiter keeps its place in the queues
 // without an attempt; a waiter makes one at least every maxWait.
 const waiterTimeout = 5 * time.Second
 
-// cancel withdraws fair waiter qid from every master's queue.
+// cancel withdraws waiter qid from every master's queues.
 func (b *Backend) cancel(ctx context.Context, name, qid string) error {
 	keys, ch := b.keys(name), b.channel(name)
 	_, _, failed := b.fanOut(ctx, len(b.nodes)+1, false, func(ctx context.Context, i int) (bool, error) {
-		return true, b.run(ctx, i, cancelScript, keys, qid, ch).Err()
+		return true, b.run(ctx, i, cancelScript, keys, qid, ch, b.cfg.nodeTimeout.Milliseconds()).Err()
 	})
 	if len(failed) > 0 {
 		return b.quorumError("cancel", len(b.nodes)-len(failed), failed)
@@ -542,11 +607,13 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		a.maxP = max(a.maxP, proposal)
 		a.mu.Unlock()
 		args := []any{req.Owner, req.TTL.Milliseconds(), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
+		rctx, done := b.roundCtx(nctx, n)
 		for i := range n {
 			b.bg.Add(1)
-			go func() {
+			b.spawn(i, func() {
 				defer b.bg.Done()
-				r := b.tryNode(nctx, i, keys, args)
+				r := b.tryNode(rctx, i, keys, args)
+				done()
 				r.round = round
 				a.mu.Lock()
 				if a.state == statePending {
@@ -559,7 +626,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 				if f != nil {
 					f()
 				}
-			}()
+			})
 		}
 		granted, held, failed, stale = nil, nil, nil, nil
 		got, nReent := 0, 0
@@ -642,7 +709,10 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		}()
 	}
 	wg.Wait()
+	// Contenders collided only if this attempt got masters and gave them
+	// back; one that got none waits for the notice of their give-back.
 	res := splitInfo(held, b.quorum)
+	res.split = res.split && len(granted) > 0
 	res.near = res.split && nNew >= b.quorum-1
 	return dlock.Grant{}, res, err
 }
@@ -853,15 +923,15 @@ func (b *Backend) fanOut(ctx context.Context, need int, giveUp bool, call func(c
 	}
 	n := len(b.nodes)
 	ch := make(chan res, n)
+	rctx, end := b.roundCtx(ctx, n)
 	for i := range n {
 		b.bg.Add(1)
-		go func() {
+		b.spawn(i, func() {
 			defer b.bg.Done()
-			nctx, cancel := b.nodeCtx(ctx)
-			defer cancel()
-			done, err := call(nctx, i)
+			done, err := call(rctx, i)
+			end()
 			ch <- res{i, done, err}
-		}()
+		})
 	}
 	for got := 0; got < n; got++ {
 		if ok >= need || giveUp && ok+n-got < need {
@@ -1006,23 +1076,24 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	}
 }
 
-// waiter is a waiting acquisition: subscribed to the lock's channel on
-// every master it could reach, it retries on a release notice from any of
-// them, at the latest when the holder's lease would end, and after a short
-// random pause when contenders collided.
+// waiter is a waiting acquisition: it hears the release notices of every
+// master that name it (see notices) and retries once they show enough free
+// masters for a quorum, at the latest when the holder's lease would end,
+// and after a short random pause when contenders collided.
 type waiter struct {
 	b      *Backend
 	req    dlock.Request
-	qid    string // the fair waiter's id in the queues
+	qid    string    // the waiter's id in the queues
+	chans  [2]string // the lock's channel, and its channel for this Backend
 	mode   string
 	ticket int64
-	subs   []*goredis.PubSub
 	wake   chan struct{}
-	stop   chan struct{}
-	fwd    sync.WaitGroup
-	first  bool
-	res    attemptResult
-	once   sync.Once
+	first  bool // the next Wait returns at once
+	// attached says, per master and channel, whether the waiter is
+	// attached to its notices; nil while it is attached to none.
+	attached [][2]bool
+	res      attemptResult
+	once     sync.Once
 
 	mu      sync.Mutex
 	noticed uint64 // masters that sent a release notice since the last attempt
@@ -1040,6 +1111,7 @@ func (w *waiter) notice(i int) {
 	if ready {
 		select {
 		case w.wake <- struct{}{}:
+			w.b.woken.Add(1)
 		default:
 		}
 	}
@@ -1057,56 +1129,57 @@ func (w *waiter) attempted(res attemptResult) {
 // maxWait bounds one wait without a notice.
 const maxWait = time.Second
 
-func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64, res attemptResult) *waiter {
-	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), stop: make(chan struct{}), first: true}
-	w.attempted(res)
+func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64) *waiter {
 	ch := b.channel(req.Name)
-	for i, c := range b.nodes {
-		ctx, cancel := b.nodeCtx(context.Background())
-		ps := c.Subscribe(ctx, ch)
-		cancel()
-		w.subs = append(w.subs, ps)
-		msgs := ps.Channel()
-		w.fwd.Add(1)
-		go func() {
-			defer w.fwd.Done()
-			for {
-				select {
-				case m, ok := <-msgs:
-					if !ok {
-						return
-					}
-					if m.Payload != "" && m.Payload != w.qid {
-						// The lock went to the head of the fair queue,
-						// which is another waiter.
-						continue
-					}
-					w.notice(i)
-				case <-w.stop:
-					// Read on until go-redis closes the channel (after
-					// PubSub.Close), so that its goroutine never blocks
-					// on a send nobody takes.
-					for {
-						select {
-						case _, ok := <-msgs:
-							if !ok {
-								return
-							}
-						case <-time.After(time.Second):
-							return
-						}
-					}
-				}
-			}
-		}()
-	}
+	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), first: true}
+	w.chans = [2]string{ch, ch + ":" + b.id}
 	return w
+}
+
+// tryAttach attaches w to the notices of every master where its channels
+// have subscriptions, if all of them are confirmed, and reports whether it
+// did.
+func (w *waiter) tryAttach() bool {
+	for i := range w.b.notices {
+		for _, ch := range w.chans {
+			if !w.b.notices[i].confirmed(ch) {
+				return false
+			}
+		}
+	}
+	w.attached = make([][2]bool, len(w.b.notices))
+	all := true
+	for i := range w.b.notices {
+		for j, ch := range w.chans {
+			var ok bool
+			w.attached[i][j], ok = w.b.notices[i].tryAttach(w, ch)
+			all = all && ok
+		}
+	}
+	return all
+}
+
+// attach attaches w to the notices on its channels of every master where
+// it is not attached yet, subscribing where needed.
+func (w *waiter) attach() {
+	if w.attached == nil {
+		w.attached = make([][2]bool, len(w.b.notices))
+	}
+	for i := range w.b.notices {
+		for j, ch := range w.chans {
+			if !w.attached[i][j] {
+				w.b.notices[i].attach(w, ch)
+				w.attached[i][j] = true
+			}
+		}
+	}
 }
 
 // Wait returns on a release notice, when the holder's lease may have ended,
 // or (after a collision of contenders) after a short random pause. The
-// first Wait returns at once: the subscriptions were made after the first
-// attempt, so a release in between would go unnoticed otherwise.
+// first Wait returns at once unless the waiter was attached to confirmed
+// subscriptions on every master before its first attempt: otherwise a
+// release between that attempt and the subscription would go unnoticed.
 func (w *waiter) Wait(ctx context.Context) error {
 	if w.first {
 		w.first = false
@@ -1173,24 +1246,24 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	return g, err
 }
 
-// Cancel drops the subscriptions and takes a fair waiter out of the
-// queues. An attempt never leaves a grant behind, so there is nothing else
-// to withdraw.
+// Cancel stops the notices to the waiter and takes it out of the queues,
+// passing a release notice it may have been named in to the next waiter.
+// An attempt never leaves a grant behind, so there is nothing else to
+// withdraw.
 func (w *waiter) Cancel(ctx context.Context) error {
 	w.close()
-	if w.mode == modeFair {
-		return w.b.cancel(ctx, w.req.Name, w.qid)
-	}
-	return nil
+	return w.b.cancel(ctx, w.req.Name, w.qid)
 }
 
 func (w *waiter) close() {
 	w.once.Do(func() {
-		for _, ps := range w.subs {
-			ps.Close()
+		for i, on := range w.attached {
+			for j, ch := range w.chans {
+				if on[j] {
+					w.b.notices[i].detach(w, ch)
+				}
+			}
 		}
-		close(w.stop)
-		w.fwd.Wait()
 	})
 }
 

@@ -7,6 +7,8 @@ package redlock
 //	n  reentry count
 //	g  id of the acquisition that made the hold (unchanged by reentry)
 //	x  end of the lease, the master's time in ms (TIME)
+//	p  the waiter a free lock is promised to, until the time in ms pt
+//	   (see releaseScript)
 //	f  the fence: the last token written to this master, which is the
 //	   holder's token once the grant was fenced; kept when the lock frees,
 //	   and raised by a release above the released token (releaseScript)
@@ -16,29 +18,48 @@ package redlock
 
 // acquireScript makes one attempt on one master.
 //
-//	KEYS: lock hash, queue (zset: fair waiter id -> ticket), deadlines (zset: id -> ms)
-//	ARGV: owner, ttl ms, acquisition id, mode ("t" try, "w" wait, "f" fair wait), ticket, waiter timeout ms, proposed token, fair waiter id
+//	KEYS: lock hash, queue (zset: fair waiter id -> ticket), deadlines (zset: id -> ms),
+//	      wait queue (zset: other waiter id -> ticket), its deadlines
+//	ARGV: owner, ttl ms, acquisition id, mode ("t" try, "w" wait, "f" fair wait), ticket, waiter timeout ms, proposed token, waiter id
 //
 // Replies {1, token, 1, id} for a new hold, whose token (the proposed one)
 // is now the master's fence; {3, f} when the lock is free but the proposed
 // token is not above the fence f (nothing changed: the client proposes
 // again above f); {2, f, count, id of the hold} for a reentry; {0, holder,
 // holder's f, remaining ms} when held by another; and {0, "", f, 0} when
-// free but promised to the head of the fair queue. A request of the
+// free but promised to the head of the fair queue, and {0, "", f,
+// remaining ms} when promised for a moment to the waiter that the last
+// release named. A request of the
 // acquisition that already holds the master (a second round) raises the
 // fence to its new proposal.
 //
 // Fair waiters queue by ticket (their arrival time), so that the queues of
 // all masters agree on the order; a free lock with a queue goes to its head
-// only. Waiters whose deadline passed are dropped first. A fair waiter keeps
+// only. Waiters whose deadline passed are dropped first. A waiter keeps
 // its id over its attempts, while each attempt has an acquisition id of its
 // own: the release of one attempt's grants must never match another's.
+//
+// A waiter that is not fair and finds the lock held joins the wait queue,
+// also by ticket: it decides nothing about grants, only which waiter the
+// release notice names, so that one waiter tries instead of all of them
+// colliding on the masters.
 var acquireScript = newScript(`
 local h, q, qd = KEYS[1], KEYS[2], KEYS[3]
 local owner, ttl, gid, mode, qid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[8]
-local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f')
+local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p', 'pt')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local function enqueue(zq, zd)
+  if not redis.call('ZSCORE', zq, qid) then
+    redis.call('ZADD', zq, ARGV[5], qid)
+  end
+  local dl = now + tonumber(ARGV[6])
+  redis.call('ZADD', zd, dl, qid)
+  local last = redis.call('ZRANGE', zd, -1, -1, 'WITHSCORES')
+  local gone = math.max(dl, tonumber(last[2])) + 1000
+  redis.call('PEXPIREAT', zq, gone)
+  redis.call('PEXPIREAT', zd, gone)
+end
 local x = tonumber(cur[4]) or 0
 local held = cur[1] and x > now
 local p = tonumber(ARGV[7])
@@ -62,23 +83,22 @@ if mode == 'f' or redis.call('EXISTS', q) == 1 then
     redis.call('ZREM', qd, id)
   end
   if mode == 'f' then
-    if not redis.call('ZSCORE', q, qid) then
-      redis.call('ZADD', q, ARGV[5], qid)
-    end
-    local dl = now + tonumber(ARGV[6])
-    redis.call('ZADD', qd, dl, qid)
-    local last = redis.call('ZRANGE', qd, -1, -1, 'WITHSCORES')
-    local gone = math.max(dl, tonumber(last[2])) + 1000
-    redis.call('PEXPIREAT', q, gone)
-    redis.call('PEXPIREAT', qd, gone)
+    enqueue(q, qd)
   end
   head = redis.call('ZRANGE', q, 0, 0)[1]
+end
+local promised = cur[6] and cur[6] ~= qid and (tonumber(cur[7]) or 0) > now
+if (held or promised) and mode == 'w' and qid ~= '' then
+  enqueue(KEYS[4], KEYS[5])
 end
 if held then
   return {0, cur[1], cur[5] or '0', x - now}
 end
 if head and head ~= qid then
   return {0, '', cur[5] or '0', 0}
+end
+if promised then
+  return {0, '', cur[5] or '0', tonumber(cur[7]) - now}
 end
 if (tonumber(cur[5]) or 0) >= p then
   return {3, cur[5]}
@@ -89,15 +109,16 @@ return {1, ARGV[7], 1, gid}
 
 // fenceScript writes a new grant's token to a master that granted it.
 //
-//	KEYS: lock hash, queue, deadlines
-//	ARGV: owner, acquisition id, token, fair waiter id ("" for none)
+//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines
+//	ARGV: owner, acquisition id, token, waiter id ("" for none)
 //
 // Replies 1 if the master still holds the grant (its fence is then at
-// least the token), else 0. The grant's waiter leaves the fair queue.
+// least the token), else 0. The grant's waiter leaves the queues.
 var fenceScript = newScript(`
 if ARGV[4] ~= '' then
-  redis.call('ZREM', KEYS[2], ARGV[4])
-  redis.call('ZREM', KEYS[3], ARGV[4])
+  for k = 2, 5 do
+    redis.call('ZREM', KEYS[k], ARGV[4])
+  end
 end
 local cur = redis.call('HMGET', KEYS[1], 'o', 'g', 'x', 'f')
 local t = redis.call('TIME')
@@ -137,38 +158,95 @@ end
 return 0
 `)
 
+// notifySource defines notify(channel, id), which sends a release notice
+// for waiter id on the lock's channel: on the channel itself if id is ""
+// (every waiter of the lock hears it), else on the channel of the
+// waiter's Backend, the channel followed by ":" and the first 16 bytes of
+// the id (see notices).
+const notifySource = `
+local function notify(ch, id)
+  if id == '' then
+    redis.call('PUBLISH', ch, '')
+  else
+    redis.call('PUBLISH', ch .. ':' .. string.sub(id, 1, 16), id)
+  end
+end
+`
+
 // releaseScript gives up one hold on one master: the hold of owner that has
 // the token as its fence or the acquisition id (a grant that was never
 // fenced there). When the lock frees it publishes on the lock's channel.
 //
-//	KEYS: lock hash, queue, deadlines
-//	ARGV: owner, token ("" for none), acquisition id, channel, fair waiter id ("" for none), floor ("" for none)
+//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines
+//	ARGV: owner, token ("" for none), acquisition id, channel, waiter id ("" for none), floor ("" for none), promise ms
 //
 // Replies {1, count left}, or {0} when the master does not hold it. The
-// fair waiter, if any, leaves the queue. The notice of a lock that freed
-// names the head of the fair queue (after dropping waiters whose deadline
-// passed), or is empty when there is no queue: only that waiter needs to
-// try. When the lock is free on the
-// master afterwards (released, or not held at all), its fence is raised
-// to at least the floor: the release of a hold with token T raises it to
-// T+1, and the giving back of a failed attempt to its highest proposed
-// token. So an acquisition or renewal of that hold still on its way to
-// the master (it was paused, or the link was slow) is refused when it
-// arrives after the release, instead of making a hold nobody releases.
-var releaseScript = newScript(`
+// waiter, if any, leaves the queues. The notice of a lock that freed
+// names the head of the fair queue, or if there is none the head of the
+// wait queue (after dropping waiters whose deadline passed), or is empty
+// when nobody is queued: only that waiter needs to try. The head of the
+// wait queue has the lock promised for the promise time (the node
+// timeout), so that it is not beaten to it by a newcomer that needs no
+// notice, and only then may anyone take it again; a waiter that does not
+// try (it died) holds up the others no longer than that. The release of a
+// waiter's hold on a master where the waiter does not hold it, but the
+// free lock was to go to it (it is the fair head, or was promised the
+// lock), hands the lock on to the next waiter in the same way: else the
+// masters would keep it for different waiters, and the next attempt would
+// split them. When the lock is free on the master afterwards (released,
+// or not held at all), its fence is raised to at least the floor: the
+// release of a hold with token T raises it to T+1, and the giving back of
+// a failed attempt to its highest proposed token. So an acquisition or
+// renewal of that hold still on its way to the master (it was paused, or
+// the link was slow) is refused when it arrives after the release,
+// instead of making a hold nobody releases.
+var releaseScript = newScript(notifySource + `
 local h = KEYS[1]
-if ARGV[5] ~= '' then
-  redis.call('ZREM', KEYS[2], ARGV[5])
-  redis.call('ZREM', KEYS[3], ARGV[5])
+local queued = {}
+local wasHead = false
+for k = 2, 4, 2 do
+  queued[k] = redis.call('EXISTS', KEYS[k]) == 1
+  if queued[k] and ARGV[5] ~= '' then
+    if k == 2 then
+      wasHead = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[5]
+    end
+    redis.call('ZREM', KEYS[k], ARGV[5])
+    redis.call('ZREM', KEYS[k + 1], ARGV[5])
+  end
 end
-local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f')
+local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local live = cur[1] and (tonumber(cur[4]) or 0) > now
 local floor = tonumber(ARGV[6])
+local function handoff()
+  local head = ''
+  for k = 2, 4, 2 do
+    if head == '' and queued[k] then
+      local dead = redis.call('ZRANGEBYSCORE', KEYS[k + 1], '-inf', now, 'LIMIT', 0, 100)
+      for _, id in ipairs(dead) do
+        redis.call('ZREM', KEYS[k], id)
+        redis.call('ZREM', KEYS[k + 1], id)
+      end
+      head = redis.call('ZRANGE', KEYS[k], 0, 0)[1] or ''
+      if k == 4 and head ~= '' then
+        redis.call('HSET', h, 'p', head, 'pt', now + tonumber(ARGV[7]))
+      end
+    end
+  end
+  if head == '' and cur[6] then
+    redis.call('HDEL', h, 'p', 'pt')
+  end
+  notify(ARGV[4], head)
+end
 if not (live and cur[1] == ARGV[1] and (ARGV[2] ~= '' and cur[5] == ARGV[2] or cur[3] == ARGV[3])) then
   if not live and floor and (tonumber(cur[5]) or 0) < floor then
     redis.call('HSET', h, 'f', ARGV[6])
+  end
+  if not live and (wasHead or (ARGV[5] ~= '' and cur[6] == ARGV[5])) then
+    -- The waiter leaves while the lock is free here and was to go to it:
+    -- it goes to the next one.
+    handoff()
   end
   return {0}
 end
@@ -181,35 +259,49 @@ redis.call('HDEL', h, 'o', 'n', 'g', 'x')
 if floor and (tonumber(cur[5]) or 0) < floor then
   redis.call('HSET', h, 'f', ARGV[6])
 end
-local head = ''
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
-  for _, id in ipairs(dead) do
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('ZREM', KEYS[3], id)
-  end
-  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1] or ''
-end
-redis.call('PUBLISH', ARGV[4], head)
+handoff()
 return {1, 0}
 `)
 
-// cancelScript withdraws a fair waiter from one master's queue and, if the
-// lock is free and the waiter was the head, tells the new head.
+// cancelScript withdraws a waiter from one master's queues and, if the
+// lock is free and the waiter was the one a notice names (the head of the
+// fair queue, or of the wait queue when there is no fair queue), tells the
+// next one.
 //
-//	KEYS: lock hash, queue, deadlines
-//	ARGV: waiter id, channel
+//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines
+//	ARGV: waiter id, channel, promise ms
 //
-// Replies 1 if it was queued, else 0.
-var cancelScript = newScript(`
-local cur = redis.call('HMGET', KEYS[1], 'o', 'x')
+// Replies 1 if it was queued, else 0. A promise of the lock to the waiter
+// passes to the next head of the wait queue, or ends.
+var cancelScript = newScript(notifySource + `
+local cur = redis.call('HMGET', KEYS[1], 'o', 'x', 'p')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local wasHead = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[1]
-redis.call('ZREM', KEYS[3], ARGV[1])
-local r = redis.call('ZREM', KEYS[2], ARGV[1])
-if wasHead and (not cur[1] or (tonumber(cur[2]) or 0) <= now) then
-  redis.call('PUBLISH', ARGV[2], redis.call('ZRANGE', KEYS[2], 0, 0)[1] or '')
+local k = 2
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  k = 4
 end
-return r
+local wasHead = redis.call('ZRANGE', KEYS[k], 0, 0)[1] == ARGV[1]
+local r = 0
+for j = 2, 5 do
+  r = r + redis.call('ZREM', KEYS[j], ARGV[1])
+end
+if cur[3] == ARGV[1] then
+  local next = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  if next then
+    redis.call('HSET', KEYS[1], 'p', next, 'pt', now + tonumber(ARGV[3]))
+  else
+    redis.call('HDEL', KEYS[1], 'p', 'pt')
+  end
+end
+if wasHead and (not cur[1] or (tonumber(cur[2]) or 0) <= now) then
+  local next = ''
+  for j = 2, 4, 2 do
+    if next == '' then
+      next = redis.call('ZRANGE', KEYS[j], 0, 0)[1] or ''
+    end
+  end
+  notify(ARGV[2], next)
+end
+return math.min(r, 1)
 `)

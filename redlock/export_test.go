@@ -1,0 +1,10 @@
+package redlock
+
+// Woken returns how many times release notices woke a waiter of b.
+func Woken(b *Backend) int64 { return b.woken.Load() }
+
+// Received returns how many release notices b received.
+func Received(b *Backend) int64 { return b.received.Load() }
+
+// WaiterID returns the id of waiter w in the masters' queues.
+func WaiterID(w any) string { return w.(*waiter).qid }
