@@ -42,7 +42,8 @@
 // notifications, so a waiter of another Backend or process looks again
 // when the holder's remaining lease, as the database computed it, has
 // passed, and meanwhile at an interval that backs off from 5 ms to 100 ms
-// — never a fixed long sleep.
+// (a fair waiter, whose turn nothing announces, at 1/20 of the time it has
+// waited so far, within the same bounds) — never a fixed long sleep.
 //
 // # Session mode
 //
