@@ -98,7 +98,11 @@
 // newcomer, which needs no notice, does not take it first; then anyone
 // may take it (a waiter that died holds the lock up no longer than that,
 // and one that gives up passes the promise on). A waiter that makes no
-// attempt for 5 seconds leaves the queues. Fairness across processes thus
+// attempt for 5 seconds leaves the queues; and one that got the lock or
+// gave up leaves them at once, even on a master that queued it again
+// afterwards (an attempt's request that reached it late): the late answer
+// takes it out, else that master would promise the lock to a waiter that
+// never tries, and the others could split the rest. Fairness across processes thus
 // follows their clocks; exclusion and tokens do not.
 //
 // The calls to each master go through a few worker goroutines of its own,

@@ -2,13 +2,17 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	"github.com/dlock-dev/dlock/redlock"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // holder returns the owner of lock name on master n ("" when free).
@@ -151,5 +155,110 @@ func TestCloseWithRetriesPending(t *testing.T) {
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("Close took %v with give-backs pending on a paused master", el)
+	}
+}
+
+// slowSend is a go-redis hook that, once armed, holds back the next
+// acquisition by owner in mode (the acquire script's mode argument) for
+// delay before sending it, as a master's queue of calls would; sent is
+// closed when that call has its answer.
+type slowSend struct {
+	owner, mode string
+	delay       time.Duration
+	armed       atomic.Bool
+	sent        chan struct{}
+}
+
+func (h *slowSend) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *slowSend) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && slices.Contains(cmd.Args(), any(h.owner)) &&
+			slices.Contains(cmd.Args(), any(h.mode)) && h.armed.CompareAndSwap(true, false) {
+			time.Sleep(h.delay)
+			defer close(h.sent)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *slowSend) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestLateAnswerLeavesQueue: a waiter's attempt is granted by a quorum
+// while its request to the last master is still on its way; the waiter
+// releases, and only then does the request reach the last master, where
+// another owner holds the lock by now: the request queues the waiter
+// there again. The waiter is gone, so it must not stay in that master's
+// queue (until its deadline, 5s), where it would be the head that every
+// release promises the lock to (or, fair, the only one it may go to), so
+// that the next waiters could get only four masters and split them.
+func TestLateAnswerLeavesQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name, mode, queue string
+		fair              bool
+	}{{"wait", "w", ":wqueue", false}, {"fair", "f", ":queue", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := testserver.RedisN(t, 5)
+			name := "lq-" + tc.name
+			key := "dlock:{" + name + "}"
+			hook := &slowSend{owner: "waiter", mode: tc.mode, delay: 500 * time.Millisecond, sent: make(chan struct{})}
+			b := hooked(t, g, 4, hook, 2*time.Second)
+			ctx := context.Background()
+			start := time.Now()
+			hg, _, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: "holder", TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Acquire returns at a quorum; the waiter must find the
+			// lock held on every master, and queue there.
+			for i, m := range g.Nodes() {
+				for holder(t, m, name) != "holder" {
+					if time.Since(start) > 10*time.Second {
+						t.Fatalf("master %d does not hold the lock for the holder", i)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			_, w, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: "waiter", TTL: time.Minute, Wait: true, Fair: tc.fair})
+			if !errors.Is(err, dlock.ErrNotAcquired) || w == nil {
+				t.Fatalf("waiting Acquire = %v, %v; want ErrNotAcquired and a waiter", w, err)
+			}
+			id := redlock.WaiterID(w)
+			waitQueued(t, g, key+tc.queue, 1)
+			hook.armed.Store(true)
+			if err := b.Release(ctx, dlock.Hold{Name: name, Owner: "holder", Token: hg.Token, Handle: hg.Handle}); err != nil {
+				t.Fatal(err)
+			}
+			wg := waitAcquire(t, w)
+			// Another owner takes the last master while the waiter's
+			// request to it is held back.
+			plantHold(t, g.Node(4), name, "other")
+			if err := b.Release(ctx, dlock.Hold{Name: name, Owner: "waiter", Token: wg.Token, Handle: wg.Handle}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-hook.sent:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter's request to the last master was never sent")
+			}
+			// The request queued the waiter on the last master; its late
+			// answer must take it out again, well before its deadline.
+			deadline := time.Now().Add(2 * time.Second)
+			for {
+				v, err := g.Node(4).Do(ctx, "ZSCORE", key+tc.queue, id)
+				if err != nil && !errors.Is(err, goredis.Nil) {
+					t.Fatal(err)
+				}
+				if v == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the last master still queues the waiter %s in %s after its late answer (the waiter released its hold)", id, key+tc.queue)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }

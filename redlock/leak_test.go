@@ -40,6 +40,27 @@ func (h *slowReply) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredi
 	return next
 }
 
+// hooked opens a backend on g whose client of master i has hook, with
+// node timeout d.
+func hooked(t *testing.T, g *testserver.RedisGroup, i int, hook goredis.Hook, d time.Duration) *redlock.Backend {
+	t.Helper()
+	var clients []*goredis.Client
+	for j, a := range g.Addrs() {
+		c := goredis.NewClient(&goredis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1})
+		if j == i {
+			c.AddHook(hook)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	b, err := redlock.New(clients, redlock.NodeTimeout(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 // TestFairAttemptIDs: the late answer of a fair waiter's failed attempt
 // is given back; that must not release what the waiter's next attempt got
 // on the same master, or the waiter believes it holds a quorum that it no
@@ -48,20 +69,7 @@ func TestFairAttemptIDs(t *testing.T) {
 	g := testserver.RedisN(t, 5)
 	const w = "fair-waiter"
 	hook := &slowReply{owner: w, delay: 500 * time.Millisecond}
-	var clients []*goredis.Client
-	for i, a := range g.Addrs() {
-		c := goredis.NewClient(&goredis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1})
-		if i == 2 {
-			c.AddHook(hook)
-		}
-		t.Cleanup(func() { c.Close() })
-		clients = append(clients, c)
-	}
-	b, err := redlock.New(clients, redlock.NodeTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := hooked(t, g, 2, hook, time.Second)
 	ctx := context.Background()
 	// Another owner holds every master but 2.
 	for _, i := range []int{0, 1, 3, 4} {

@@ -264,6 +264,10 @@ type attempt struct {
 	gid   string // unique to this attempt: the masters store it with the grant
 	qid   string // the waiter's id in the queues ("" for a TryLock)
 	owner string
+	// done, shared by a waiter's attempts (nil for a TryLock), is set once
+	// the waiter got its grant or withdrew: from then on, a late answer of
+	// a failed attempt takes it out of that master's queues (lateLocked).
+	done *atomic.Bool
 
 	mu       sync.Mutex
 	state    int
@@ -279,7 +283,35 @@ type attempt struct {
 
 // lateLocked deals with a master's answer r that came after the
 // decision; it returns what to do about it, to be run without a.mu.
+//
+// The request may have queued the waiter on that master (it found the
+// lock held or promised to another, or it is fair). The release of the
+// waiter's hold, or its withdrawal, takes it out of every master's
+// queues; but a request that the master executed after that would leave
+// it there, a waiter that never tries, as the head that every release on
+// that master promises the lock to (or, fair, the only one it may go to)
+// until its deadline, and the next waiters could get only the other
+// masters and split them. So a late answer that comes once the hold is
+// being released (or, for a failed attempt, once the waiter got its grant
+// or withdrew) takes the waiter out of that master's queues again,
+// passing on whatever was promised to it. (An answer that comes before
+// needs nothing: the release or withdrawal is sent after it.)
 func (a *attempt) lateLocked(r nodeRes) func() {
+	f := a.lateActionLocked(r)
+	if f != nil || a.qid == "" || r.kind != kindHeld && r.kind != kindStale {
+		// A grant (new or reentry) did not queue the waiter if it is not
+		// fair, and if it is, its give-back or release takes it out.
+		return f
+	}
+	if !(a.state == stateGranted && a.released || a.state == stateFailed && a.done != nil && a.done.Load()) {
+		return nil
+	}
+	b := a.b
+	return func() { b.dequeue(r.i, a.req.Name, a.qid) }
+}
+
+// lateActionLocked is lateLocked without the waiter's queues.
+func (a *attempt) lateActionLocked(r nodeRes) func() {
 	b := a.b
 	switch {
 	case a.state == stateFailed && r.kind != kindHeld:
@@ -310,9 +342,13 @@ func (a *attempt) lateLocked(r nodeRes) func() {
 	return func() { b.giveBack(r.i, a.holdGiveBack(r.i)) }
 }
 
-// giveBackOf is the undoing of answer r of a failed attempt.
+// giveBackOf is the undoing of answer r of a failed attempt (once the
+// waiter is done, it also takes the waiter out of that master's queues).
 func (a *attempt) giveBackOf(r nodeRes) giveBack {
 	gb := giveBack{name: a.req.Name, owner: a.owner, gid: a.gid, floor: strconv.FormatUint(a.maxP, 10), until: time.Now().Add(a.req.TTL + a.b.cfg.nodeTimeout)}
+	if a.done != nil && a.done.Load() {
+		gb.qid = a.qid
+	}
 	if r.kind == kindReent {
 		gb.token = strconv.FormatUint(r.fence, 10)
 	}
@@ -509,7 +545,9 @@ func (b *Backend) retryLoop(i int) {
 // waiting for slower masters.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	mode, qid, ticket := modeTry, "", int64(0)
+	var done *atomic.Bool
 	if req.Wait {
+		done = new(atomic.Bool)
 		// A waiter keeps its place (queue id and ticket) over its
 		// attempts; each attempt has an id of its own.
 		mode, qid, ticket = modeWait, b.id+newID()[16:], time.Now().UnixMicro()
@@ -523,10 +561,10 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 		// Where this Backend's waiters subscribed to the lock's channels
 		// already, the waiter hears the notices from before its first
 		// attempt, and need not make a second one at once.
-		w = b.newWaiter(req, qid, mode, ticket)
+		w = b.newWaiter(req, qid, mode, ticket, done)
 		armed = w.tryAttach()
 	}
-	g, res, err := b.attempt(ctx, req, qid, mode, ticket)
+	g, res, err := b.attempt(ctx, req, qid, mode, ticket, done)
 	if err == nil {
 		if w != nil {
 			w.close()
@@ -538,12 +576,13 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			w.close()
 		}
 		if qid != "" {
+			done.Store(true)
 			b.cancel(context.WithoutCancel(ctx), req.Name, qid)
 		}
 		return dlock.Grant{}, nil, err
 	}
 	if w == nil {
-		w = b.newWaiter(req, qid, mode, ticket)
+		w = b.newWaiter(req, qid, mode, ticket, done)
 	}
 	w.attempted(res)
 	w.attach()
@@ -574,6 +613,14 @@ func (b *Backend) cancel(ctx context.Context, name, qid string) error {
 	return nil
 }
 
+// dequeue takes waiter qid out of master i's queues, passing on a promise
+// of the lock or a release notice it had there (see lateLocked).
+func (b *Backend) dequeue(i int, name, qid string) {
+	ctx, cancel := b.nodeCtx(context.Background())
+	defer cancel()
+	b.run(ctx, i, cancelScript, b.keys(name), qid, b.channel(name), b.cfg.nodeTimeout.Milliseconds())
+}
+
 // attemptResult is what a failed attempt saw, for the waiter's timing.
 type attemptResult struct {
 	held  []nodeRes
@@ -581,13 +628,13 @@ type attemptResult struct {
 	near  bool // in a split, this attempt got all but one of a quorum
 }
 
-func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode string, ticket int64) (dlock.Grant, attemptResult, error) {
+func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode string, ticket int64, done *atomic.Bool) (dlock.Grant, attemptResult, error) {
 	if b.closed.Load() {
 		return dlock.Grant{}, attemptResult{}, fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
 	}
 	start := time.Now()
 	n := len(b.nodes)
-	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, ch: make(chan nodeRes, n*maxRounds)}
+	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, done: done, ch: make(chan nodeRes, n*maxRounds)}
 	// Per-node calls do not end with ctx: a call cut short may still have
 	// been granted, and its answer decides whether to give it back.
 	nctx := context.WithoutCancel(ctx)
@@ -678,6 +725,9 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	if ctxErr == nil && quorum {
 		g, err = b.complete(ctx, a, granted, proposal, start)
 		if err == nil {
+			if done != nil {
+				done.Store(true)
+			}
 			a.decide(stateGranted, g.Token)
 			return g, attemptResult{}, nil
 		}
@@ -1087,6 +1137,7 @@ type waiter struct {
 	chans  [2]string // the lock's channel, and its channel for this Backend
 	mode   string
 	ticket int64
+	done   *atomic.Bool // see attempt.done
 	wake   chan struct{}
 	first  bool // the next Wait returns at once
 	// attached says, per master and channel, whether the waiter is
@@ -1129,9 +1180,9 @@ func (w *waiter) attempted(res attemptResult) {
 // maxWait bounds one wait without a notice.
 const maxWait = time.Second
 
-func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64) *waiter {
+func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64, done *atomic.Bool) *waiter {
 	ch := b.channel(req.Name)
-	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, wake: make(chan struct{}, 1), first: true}
+	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, done: done, wake: make(chan struct{}, 1), first: true}
 	w.chans = [2]string{ch, ch + ":" + b.id}
 	return w
 }
@@ -1237,7 +1288,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	case <-w.wake:
 	default:
 	}
-	g, res, err := w.b.attempt(ctx, w.req, w.qid, w.mode, w.ticket)
+	g, res, err := w.b.attempt(ctx, w.req, w.qid, w.mode, w.ticket, w.done)
 	if err == nil {
 		w.close()
 		return g, nil
@@ -1252,6 +1303,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 // withdraw.
 func (w *waiter) Cancel(ctx context.Context) error {
 	w.close()
+	w.done.Store(true)
 	return w.b.cancel(ctx, w.req.Name, w.qid)
 }
 

@@ -37,6 +37,21 @@ func waitQueued(t *testing.T, g *testserver.RedisGroup, key string, n int) {
 	}
 }
 
+// waitAcquire waits for w's notice and makes its next attempt, which must
+// be granted.
+func waitAcquire(t *testing.T, w dlock.Waiter) dlock.Grant {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := w.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("the waiter's Acquire: %v", err)
+	}
+	return g
+}
+
 // TestReleaseWakesNamedWaiter: a release notice wakes only the waiter it
 // names (the head of the fair queue, or of the wait queue of waiters that
 // are not fair), not every waiter of the lock, and that waiter gets the
@@ -262,13 +277,7 @@ redis.call('HSET', KEYS[1], 'o', 'other', 'n', 1, 'g', 'x', 'x', now + 300, 'p',
 return 1`, "1", key, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg, err := w.Acquire(ctx)
-	if err != nil {
-		t.Fatalf("the waiter's Acquire: %v", err)
-	}
+	wg := waitAcquire(t, w)
 	// Let the other owner's hold on the last master expire.
 	for {
 		v, err := last.Do(ctx, "EVAL", `local t = redis.call('TIME')
