@@ -109,4 +109,7 @@
 // (`dlock migrate`), with CREATE TABLE IF NOT EXISTS, which is safe when
 // several processes start at once. Names and owners are VARBINARY, so
 // they compare and order bytewise whatever the server's collation.
+// An application whose database user may not create tables opens with
+// [NoMigrate] (?migrate=false): Open then only checks that the tables
+// exist and says how to create them if they do not.
 package mysql

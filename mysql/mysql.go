@@ -168,6 +168,7 @@ func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config, onClos
 	e, err := sqllock.New(ctx, db, myDialect, sqllock.Config{
 		Table:         cfg.table,
 		WaiterTimeout: cfg.waiterTimeout,
+		NoMigrate:     cfg.noMigrate,
 		Desc:          desc,
 		OnClose:       onClose,
 	})

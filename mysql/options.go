@@ -32,6 +32,7 @@ type config struct {
 	table         string
 	waiterTimeout time.Duration
 	session       bool
+	noMigrate     bool
 	errs          []string
 }
 
@@ -70,6 +71,27 @@ func WaiterTimeout(d time.Duration) Option {
 // "Session mode". The URL form is ?mode=session.
 func Session() Option {
 	return optionFunc(func(c *config) { c.session = true })
+}
+
+// NoMigrate makes Open and New check that the lease table and the waiters
+// table exist, instead of creating them if they do not: for an
+// application user without the right to create tables, after they were
+// created with `dlock migrate` (or [Migrate]) by one who has it. A missing
+// table is then an error of Open or New that says so. The URL form is
+// ?migrate=false.
+func NoMigrate() Option {
+	return optionFunc(func(c *config) { c.noMigrate = true })
+}
+
+// migrateParam sets NoMigrate by the URL's migrate=true|false.
+func migrateParam(v string) Option {
+	return optionFunc(func(c *config) {
+		no, err := sqllock.ParseMigrate(v)
+		if err != nil {
+			c.errs = append(c.errs, err.Error())
+		}
+		c.noMigrate = no
+	})
 }
 
 // mode sets the mode by its URL name (see sqllock.ParseMode).

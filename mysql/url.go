@@ -32,6 +32,7 @@ func init() {
 //	table=NAME            the lease table (Table)
 //	waiter_timeout=DUR    a Go duration (WaiterTimeout)
 //	mode=lease|session    lease-table mode (the default) or session mode (Session)
+//	migrate=true|false    create the tables if missing (the default), or only check them (NoMigrate)
 //	socket=PATH           connect over the Unix socket PATH instead of TCP
 //
 // All others are go-sql-driver/mysql DSN parameters (tls, charset, a
@@ -60,6 +61,10 @@ func ParseURL(u *url.URL) (cfg *mysql.Config, opts []Option, err error) {
 		}
 		opts = append(opts, WaiterTimeout(d))
 		q.Del("waiter_timeout")
+	}
+	if vs, ok := q["migrate"]; ok {
+		opts = append(opts, migrateParam(vs[len(vs)-1]))
+		q.Del("migrate")
 	}
 	if vs, ok := q["mode"]; ok {
 		opts = append(opts, mode(vs[len(vs)-1]))

@@ -118,4 +118,7 @@
 // time by [Migrate] (`dlock migrate`), in one transaction under an
 // advisory lock, so processes that start at once neither fail nor
 // create anything twice.
+// An application whose database user may not create tables opens with
+// [NoMigrate] (?migrate=false): Open then only checks that the tables
+// exist and says how to create them if they do not.
 package postgres

@@ -210,6 +210,7 @@ func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config,
 	e, err := sqllock.New(ctx, db, pgDialect, sqllock.Config{
 		Table:         cfg.table,
 		WaiterTimeout: cfg.waiterTimeout,
+		NoMigrate:     cfg.noMigrate,
 		Desc:          desc,
 		Feed:          feed,
 		OnClose:       onClose,

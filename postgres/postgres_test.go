@@ -395,3 +395,57 @@ func openDB(t testing.TB, dsn string) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// TestNoMigrate: with NoMigrate (?migrate=false) Open checks the tables
+// instead of creating them; missing, they are an error of Open that names
+// them and says how to create them, and nothing is created.
+func TestNoMigrate(t *testing.T) {
+	srv := testserver.Postgres(t)
+	ctx := context.Background()
+	for _, open := range []func() (dlock.Backend, error){
+		func() (dlock.Backend, error) {
+			return postgres.Open(srv.TestDSN(), postgres.Table("nm_locks"), postgres.NoMigrate())
+		},
+		func() (dlock.Backend, error) {
+			c, err := dlock.Open(ctx, srv.TestDSN()+"&table=nm_locks&migrate=false")
+			if err != nil {
+				return nil, err
+			}
+			return c.Backend(), c.Close()
+		},
+	} {
+		b, err := open()
+		if err == nil {
+			b.Close()
+			t.Fatal("opened without the tables")
+		}
+		if msg := err.Error(); !strings.Contains(msg, "nm_locks") || !strings.Contains(msg, "dlock migrate") {
+			t.Errorf("error %q does not name the table and dlock migrate", msg)
+		}
+	}
+	rows, err := srv.Query(ctx, "test", `SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'nm\_locks%'`)
+	if err != nil || rows[0][0] != "0" {
+		t.Fatalf("tables made under NoMigrate: %v, %v", rows, err)
+	}
+	if _, err := dlock.Open(ctx, srv.TestDSN()+"&migrate=maybe"); !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "maybe") {
+		t.Errorf("migrate=maybe: %v", err)
+	}
+
+	db, err := sql.Open("pgx", srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := postgres.Migrate(ctx, db, postgres.Table("nm_locks")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := postgres.Open(srv.TestDSN(), postgres.Table("nm_locks"), postgres.NoMigrate())
+	if err != nil {
+		t.Fatalf("Open after Migrate: %v", err)
+	}
+	defer b.Close()
+	g, _, err := b.Acquire(ctx, dlock.Request{Name: "nm", Owner: "o", TTL: time.Second})
+	if err != nil || g.Token == 0 {
+		t.Fatalf("Acquire: %v, %+v", err, g)
+	}
+}

@@ -30,6 +30,7 @@ func init() {
 //	table=NAME            the lease table (Table)
 //	waiter_timeout=DUR    a Go duration (WaiterTimeout)
 //	mode=lease|session    lease-table mode (the default) or session mode (Session)
+//	migrate=true|false    create the tables if missing (the default), or only check them (NoMigrate)
 //
 // Example: postgres://app:secret@db.example:5432/app?sslmode=require&table=locks
 func ParseURL(u *url.URL) (dsn string, opts []Option, err error) {
@@ -51,6 +52,10 @@ func ParseURL(u *url.URL) (dsn string, opts []Option, err error) {
 		}
 		opts = append(opts, WaiterTimeout(d))
 		q.Del("waiter_timeout")
+	}
+	if vs, ok := q["migrate"]; ok {
+		opts = append(opts, migrateParam(vs[len(vs)-1]))
+		q.Del("migrate")
 	}
 	if vs, ok := q["mode"]; ok {
 		opts = append(opts, mode(vs[len(vs)-1]))

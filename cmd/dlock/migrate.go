@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -30,7 +31,8 @@ Create the tables the backend keeps its locks in, if they do not exist, and
 check those that do. The SQL backends (sqlite, postgres, mysql) also do this
 on first use; run it ahead of time to create them as a user with the rights
 to, or to check a deployment. The table is the URL's ?table= (default
-dlock_locks), with its waiters table beside it. It is safe to run from
+dlock_locks), with its waiters table beside it; a ?migrate=false in the
+URL (which makes applications only check the tables) is ignored here. It is safe to run from
 several places at once. Backends that keep no schema (redis, redlock,
 zookeeper, etcd, mem) have nothing to create: it says so and exits 0.
 
@@ -66,7 +68,12 @@ func runMigrate(ctx context.Context, e *env, opts any, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	client, _, code := openClient(ctx, e, f.url, f.verbose)
+	raw, err := backendURL(f.url, e.getenv)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitBackend
+	}
+	client, _, code := openClient(ctx, e, withoutMigrateParam(raw), f.verbose)
 	if client == nil {
 		return code
 	}
@@ -89,4 +96,18 @@ func runMigrate(ctx context.Context, e *env, opts any, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "the lock table%s on %s is ready\n", table, client)
 	return exitOK
+}
+
+// withoutMigrateParam drops a migrate=… parameter from the URL, so that
+// the URL of an application that opens with ?migrate=false (check, do not
+// create) can be given to dlock migrate as it is.
+func withoutMigrateParam(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || !u.Query().Has("migrate") {
+		return raw // Open reports a malformed URL
+	}
+	q := u.Query()
+	q.Del("migrate")
+	u.RawQuery = q.Encode()
+	return u.String()
 }

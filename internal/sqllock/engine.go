@@ -45,7 +45,8 @@ type Config struct {
 	// to release what the backend opened for it.
 	OnClose func() error
 
-	// NoMigrate skips creating the tables in New.
+	// NoMigrate makes New check that the tables exist (see [Check])
+	// instead of creating them.
 	NoMigrate bool
 }
 
@@ -85,8 +86,9 @@ var (
 	_ dlock.Inspector    = (*Engine)(nil)
 )
 
-// New returns an Engine on db, creating the tables (see [Migrate]) unless
-// cfg.NoMigrate. ctx bounds the creation. On error nothing is closed: the
+// New returns an Engine on db, creating the tables (see [Migrate]), or
+// under cfg.NoMigrate checking that they exist (see [Check]). ctx bounds
+// that. On error nothing is closed: the
 // caller still owns db and cfg.Feed.
 func New(ctx context.Context, db *sql.DB, d Dialect, cfg Config) (*Engine, error) {
 	if cfg.Table == "" {
@@ -113,10 +115,12 @@ func New(ctx context.Context, db *sql.DB, d Dialect, cfg Config) (*Engine, error
 		e.local, e.ownLocal = NewLocal(cfg.Feed), true
 	}
 	e.pool = pool{db: db, stmts: new(sync.Map)}
-	if !cfg.NoMigrate {
-		if err := Migrate(ctx, db, d, cfg.Table); err != nil {
-			return nil, err
-		}
+	migrate := Migrate
+	if cfg.NoMigrate {
+		migrate = Check
+	}
+	if err := migrate(ctx, db, d, cfg.Table); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

@@ -34,6 +34,44 @@ func CheckTable(name string) error {
 	return nil
 }
 
+// Check reports whether the lease table and the waiters table of the named
+// lease table (DefaultTable if empty) exist in db with the columns dlock
+// uses, creating nothing: [New] runs it instead of [Migrate] under
+// Config.NoMigrate, so that a missing table is reported when the backend
+// is opened rather than by its first acquisition.
+func Check(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := CheckTable(table); err != nil {
+		return err
+	}
+	e := &Engine{db: db, d: d, local: NewLocal(nil)}
+	if err := e.check(ctx, table); err != nil {
+		return fmt.Errorf("the tables %s and %s are missing or not dlock's (%w); create them with `dlock migrate` or Migrate, or open without NoMigrate", table, WaitersTable(table), err)
+	}
+	return nil
+}
+
+// check selects no row, but every column dlock uses, from both tables.
+func (e *Engine) check(ctx context.Context, table string) error {
+	check := `SELECT name, owner, holds, token, expires_at FROM ` + table + ` WHERE 1 = 0`
+	checkW := `SELECT seq, name, owner, expires_at FROM ` + WaitersTable(table) + ` WHERE 1 = 0`
+	for _, q := range []string{check, checkW} {
+		err := e.retry(ctx, func(ctx context.Context) error {
+			rows, err := e.db.QueryContext(ctx, q)
+			if err != nil {
+				return err
+			}
+			return rows.Close()
+		})
+		if err != nil {
+			return e.wrap(err)
+		}
+	}
+	return nil
+}
+
 // WaitersTable returns the name of the waiters table of lease table table.
 func WaitersTable(table string) string { return table + "_waiters" }
 
@@ -66,19 +104,8 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	}
 	// A table of that name that is not ours is reported here rather than
 	// by the first acquisition.
-	check := `SELECT name, owner, holds, token, expires_at FROM ` + table + ` WHERE 1 = 0`
-	checkW := `SELECT seq, name, owner, expires_at FROM ` + WaitersTable(table) + ` WHERE 1 = 0`
-	for _, q := range []string{check, checkW} {
-		err := e.retry(ctx, func(ctx context.Context) error {
-			rows, err := db.QueryContext(ctx, q)
-			if err != nil {
-				return err
-			}
-			return rows.Close()
-		})
-		if err != nil {
-			return fmt.Errorf("table %s exists but is not a dlock table (%w)", table, e.wrap(err))
-		}
+	if err := e.check(ctx, table); err != nil {
+		return fmt.Errorf("table %s exists but is not a dlock table (%w)", table, err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -98,6 +99,17 @@ func ParseMode(name string) (session bool, err error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("mode %q is not \"lease\" or \"session\"", name)
+}
+
+// ParseMigrate parses the migrate parameter of a backend's URL: "true"
+// (create the tables if missing) or "false" (only check them; see
+// Config.NoMigrate). It returns whether the tables are only checked.
+func ParseMigrate(v string) (noMigrate bool, err error) {
+	create, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("migrate=%q is not true or false", v)
+	}
+	return !create, nil
 }
 
 // KeyHash returns the SHA-256 of table and name, from which the session
