@@ -1148,16 +1148,19 @@ type waiter struct {
 
 	mu      sync.Mutex
 	noticed uint64 // masters that sent a release notice since the last attempt
-	free    int    // masters that no other owner held at the last attempt
+	free    uint64 // masters that no other owner held at the last attempt
 }
 
 // notice records a release notice from master i and wakes the waiter
 // once enough masters are free for a quorum: a first notice while most
 // masters are still being released would only make an attempt that fails.
+// A master counts once, noticed or free: the notice of a master that was
+// free anyway — the give-back of this waiter's own grant there, say —
+// frees nothing more.
 func (w *waiter) notice(i int) {
 	w.mu.Lock()
 	w.noticed |= 1 << (i % 64) // (beyond 64 masters, notices wake early)
-	ready := bits.OnesCount64(w.noticed)+w.free >= w.b.quorum || i >= 64
+	ready := bits.OnesCount64(w.noticed|w.free) >= w.b.quorum || i >= 64
 	w.mu.Unlock()
 	if ready {
 		select {
@@ -1173,7 +1176,13 @@ func (w *waiter) notice(i int) {
 func (w *waiter) attempted(res attemptResult) {
 	w.mu.Lock()
 	w.res = res
-	w.free = len(w.b.nodes) - len(res.held)
+	w.free = 0
+	for i := range w.b.nodes {
+		w.free |= 1 << (i % 64)
+	}
+	for _, r := range res.held {
+		w.free &^= 1 << (r.i % 64)
+	}
 	w.mu.Unlock()
 }
 
