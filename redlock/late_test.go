@@ -262,3 +262,56 @@ func TestLateAnswerLeavesQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestReentryOfTheQuorumHold: the owner holds the lock on 3 masters by
+// one grant (token A) and on the other 2 by a later one (token B, a hold
+// of the same owner that never reached a quorum). A reentrant acquisition
+// re-enters the quorum's hold and returns its token A, not the highest
+// token seen, and the increments on the other hold's masters are undone.
+// (Seen under load as TestConformance/ReentrantOwner: "second reentrant
+// lease: token B holds 3, want token A holds 3".)
+func TestReentryOfTheQuorumHold(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	ctx := context.Background()
+	b := open(t, g, "")
+	const name, owner = "quorumhold", "o"
+	key := "dlock:{" + name + "}"
+	until := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	const tokA, tokB = "1000", "2000"
+	for i, s := range g.Nodes() {
+		tok, gid := tokA, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		if i >= 3 {
+			tok, gid = tokB, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+		}
+		if _, err := s.Do(ctx, "HSET", key, "o", owner, "n", "1", "g", gid, "x", until, "f", tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gr, _, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: owner, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gr.Token != 1000 || gr.Count != 2 {
+		t.Fatalf("reentry: token %d count %d, want 1000 and 2", gr.Token, gr.Count)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i, s := range g.Nodes() {
+		want := "2"
+		if i >= 3 {
+			want = "1" // the other hold's count, its increment undone
+		}
+		for {
+			v, err := s.Do(ctx, "HGET", key, "n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("master %d: count %v, want %s", i, v, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

@@ -320,7 +320,7 @@ func (a *attempt) lateActionLocked(r nodeRes) func() {
 		return func() { b.giveBack(r.i, a.giveBackOf(r)) }
 	case a.state != stateGranted || (r.kind != kindNew && r.kind != kindReent):
 		return nil
-	case r.kind == kindReent && !a.reentry:
+	case r.kind == kindReent && (!a.reentry || r.fence != a.token):
 		// The owner's other hold on this master (one being released, or
 		// one that lost its quorum) took the request as a reentry: undo
 		// the increment, it is not part of this grant.
@@ -677,6 +677,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		}
 		granted, held, failed, stale = nil, nil, nil, nil
 		got, nReent := 0, 0
+		reentBy := map[uint64]int{} // reentries by the token of the hold
 		nNew = 0
 		// A grant needs a quorum of new grants, or of reentries of the
 		// owner's hold; a mix of the two is the owner's other hold on a
@@ -695,7 +696,11 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 					nNew++
 					granted = append(granted, r)
 				case kindReent:
-					nReent++
+					// Reentries count toward a quorum only with others of
+					// the same hold (the same token): the owner may hold
+					// the lock on some masters by another grant.
+					reentBy[r.fence]++
+					nReent = max(nReent, reentBy[r.fence])
 					granted = append(granted, r)
 				case kindHeld:
 					held = append(held, r)
@@ -813,22 +818,35 @@ func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, p
 	var g dlock.Grant
 	fenced := 0
 	var toFence []nodeRes
-	if len(reent) >= b.quorum {
-		best := reent[0]
-		for _, r := range reent {
-			if r.fence > best.fence {
-				best = r
-			}
+	// The hold re-entered is the one a quorum of reentries share (its
+	// token); a reentry of another hold of the owner on a minority is
+	// undone, as in a new grant.
+	by := map[uint64][]nodeRes{}
+	var hold []nodeRes
+	for _, r := range reent {
+		by[r.fence] = append(by[r.fence], r)
+		if len(by[r.fence]) >= b.quorum {
+			hold = by[r.fence]
 		}
+	}
+	if hold != nil {
+		best := hold[0]
 		a.reentry = true
 		g = dlock.Grant{Token: best.fence, Count: 1, Handle: &handle{gid: best.gid, a: a}}
-		for _, r := range reent {
+		for _, r := range hold {
 			g.Count = max(g.Count, r.count)
 		}
-		fenced = len(reent)
+		fenced = len(hold)
 		for _, r := range granted {
-			if r.kind == kindNew {
+			switch {
+			case r.kind == kindNew:
 				toFence = append(toFence, r)
+			case r.fence != best.fence:
+				b.bg.Add(1)
+				go func() {
+					defer b.bg.Done()
+					b.giveBack(r.i, a.giveBackOf(r))
+				}()
 			}
 		}
 	} else {
