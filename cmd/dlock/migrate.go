@@ -56,7 +56,7 @@ type migrateFlags struct {
 
 func migrateFlagSet(fs *flag.FlagSet) any {
 	f := &migrateFlags{}
-	fs.StringVar(&f.url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
+	urlFlag(fs, &f.url)
 	fs.BoolVar(&f.verbose, "verbose", false, "log the library's details on stderr")
 	return f
 }

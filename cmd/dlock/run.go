@@ -116,7 +116,7 @@ type runFlags struct {
 
 func runFlagSet(fs *flag.FlagSet) any {
 	f := &runFlags{fs: fs, grace: optDuration{d: defaultGrace}}
-	fs.StringVar(&f.url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
+	urlFlag(fs, &f.url)
 	fs.StringVar(&f.name, "name", "", "the lock's name: 1-255 bytes of UTF-8 without NUL (required)")
 	fs.Var(&f.ttl, "ttl", "lease time to live: how long the backend keeps the lock\nafter dlock stops renewing it, e.g. dies (default 30s,\nminimum 100ms)")
 	fs.Var(&f.wait, "wait", "how long to wait for the lock; without --wait, as long as\nit takes (like flock); 0: not at all, exit 3 if it is held\n(like flock -n); D: at most D, then exit 3 (like flock -w D)")

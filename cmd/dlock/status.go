@@ -61,7 +61,7 @@ type statusFlags struct {
 
 func statusFlagSet(fs *flag.FlagSet) any {
 	f := &statusFlags{}
-	fs.StringVar(&f.url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
+	urlFlag(fs, &f.url)
 	fs.StringVar(&f.prefix, "prefix", "", "list only locks whose names start with P")
 	fs.BoolVar(&f.verbose, "verbose", false, "log the library's details on stderr")
 	return f

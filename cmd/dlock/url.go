@@ -1,11 +1,17 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 )
+
+// urlFlag defines the --url flag of the commands that open a backend.
+func urlFlag(fs *flag.FlagSet, url *string) {
+	fs.StringVar(url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
+}
 
 // backendURL returns the URL of the backend to use: flagURL when given,
 // else $DLOCK_URL, else the default SQLite file (see defaultURL).
