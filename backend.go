@@ -36,6 +36,11 @@ import (
 //     [*HeldError]); a store that cannot be reached matches
 //     [ErrBackendUnavailable]. Any other error is taken as transient by
 //     renewals and as fatal by acquisitions.
+//   - Context: every call returns soon after its ctx ends, with an error
+//     that matches ctx.Err(); a write that was sent may be seen through
+//     for a moment, but not waited for while the store is silent. The
+//     Client stops waiting [CancelGrace] after ctx ended and leaves such a
+//     call running in the background, undoing its grant when it ends.
 //   - Cleanliness: a failed or cancelled acquisition leaves nothing behind;
 //     Close stops every goroutine and connection the backend started (but
 //     not a client the caller passed in).
@@ -53,7 +58,9 @@ type Backend interface {
 	Renew(ctx context.Context, h Hold, ttl time.Duration) error
 
 	// Release gives up one hold of h (decrements the reentry count, frees
-	// the name at zero) and wakes a waiter.
+	// the name at zero) and wakes a waiter. h.Handle is nil when the
+	// Client releases a hold it found with Inspect (a grant whose answer
+	// was cut off by the end of its Lock's context).
 	Release(ctx context.Context, h Hold) error
 
 	// Close releases what the backend started. It does not release held
@@ -88,8 +95,10 @@ type Waiter interface {
 // Request is an acquisition as the Client passes it to a Backend.
 type Request struct {
 	// Name is the lock's key on the backend: the caller's name, valid UTF-8
-	// of 1-255 bytes without NUL, after the Client's namespace prefix (at
-	// most 64+1 more bytes). Backends escape it as their store needs.
+	// of 1-255 bytes without NUL, as the Client encodes it for its
+	// namespace (at most MaxNamespaceLen+2 more bytes, so at most 321; the
+	// encoding may add the byte 0x1F). Backends escape it as their store
+	// needs.
 	Name string
 	// Owner identifies the holder; a request whose owner already holds the
 	// name re-enters.
@@ -145,12 +154,20 @@ type BatchRenewer interface {
 // LockInfo describes one lock as the store sees it, for Inspect and
 // `dlock status`.
 type LockInfo struct {
-	Name    string        // the lock's name (without the Client's namespace in Client.Inspect)
+	Name    string        // the lock's name (the backend's key; in Client.Inspect without its namespace)
 	Owner   string        // the holder's owner id
 	Token   uint64        // the holder's fencing token
 	Count   int           // the holder's reentry count
 	TTL     time.Duration // remaining lease by the store's clock; 0 if unknown
-	Waiters int           // waiters known to the store (fair queues, queue-based stores); -1 if unknown
+	Waiters int           // all waiters, fair or not (queue-based stores, mem); -1 if the store cannot see every waiter (Redis, SQL: non-fair waiters leave no trace)
+	Queued  int           // the fair waiters in the store's queue, when Waiters is -1 (a lower bound of the waiters)
+	// Bad is empty for a lock whose record dlock can read. For a record
+	// holding data dlock did not write (see [ErrForeignData]) it says what
+	// is wrong, and the other fields hold what could be read of it.
+	Bad string
+	// Namespace is the lock's namespace in Client.Inspect ("" for a lock
+	// taken without one); backends leave it empty.
+	Namespace string
 }
 
 // Inspector is implemented by backends that can list held locks. prefix
@@ -166,6 +183,20 @@ type Inspector interface {
 // to do it ahead of time, for instance with a more privileged user.
 type Migrator interface {
 	Migrate(ctx context.Context) error
+}
+
+// TTLLimiter is implemented by backends that can keep a lease only up to
+// some TTL: a ZooKeeper session deletes its nodes one session timeout after
+// the servers last heard from it, whatever the lease asked for. The Client
+// refuses a TTL above MaxTTL (in Lock, TryLock and Extend) with
+// [ErrInvalidOption] before it reaches the backend, so that a lease never
+// promises more than the store keeps. A backend that does not implement it
+// is held to the package's [MaxTTL], and so is one whose MaxTTL returns 0
+// or less (a wrapper forwarding a backend that states none). MaxTTL may
+// change while the backend lives (a new session); it is asked on every
+// acquisition.
+type TTLLimiter interface {
+	MaxTTL() time.Duration
 }
 
 // LossReporter is implemented by backends that learn that a hold is lost

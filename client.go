@@ -28,6 +28,7 @@ type Client struct {
 	mu     sync.Mutex
 	closed bool
 	ops    sync.WaitGroup // Lock, TryLock, Unlock, Extend in progress
+	bg     sync.WaitGroup // backend calls left running by bounded
 	keeper *keeper
 }
 
@@ -98,7 +99,8 @@ func Schemes() []string {
 // "sqlite:///var/lib/app/locks.db", "redis://127.0.0.1:6379/0" or "mem://".
 // The package of the backend must be imported (for its side effect of
 // registering the scheme). The options are those of [New]. ctx bounds the
-// connection set-up only.
+// connection set-up only, and so does the URL's connect_timeout parameter,
+// which every backend of this module takes (see [DefaultConnectTimeout]).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -129,6 +131,25 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// MaxTTL returns the longest TTL the client's backend accepts: what the
+// backend says if it is a [TTLLimiter], otherwise the package's [MaxTTL].
+func (c *Client) MaxTTL() time.Duration {
+	if tl, ok := c.b.(TTLLimiter); ok {
+		if m := tl.MaxTTL(); m > 0 {
+			return m
+		}
+	}
+	return MaxTTL
+}
+
+// checkTTL refuses a TTL the backend cannot keep exactly.
+func (c *Client) checkTTL(ttl time.Duration) error {
+	if max := c.MaxTTL(); ttl > max {
+		return fmt.Errorf("TTL %v is above the maximum %v of %s", ttl, max, c.desc)
+	}
+	return nil
+}
+
 // Backend returns the client's backend.
 func (c *Client) Backend() Backend { return c.b }
 
@@ -148,8 +169,11 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 }
 
 // Inspect lists the locks held on the backend whose names start with
-// prefix, with names shown without the client's namespace. It needs a
-// backend that implements [Inspector].
+// prefix, with names shown without their namespace (in
+// [LockInfo.Namespace]). A Client with a [Namespace] lists the locks of its
+// namespace only; one without lists every lock, those of any namespace
+// included when prefix is "". It needs a backend that implements
+// [Inspector].
 func (c *Client) Inspect(ctx context.Context, prefix string) ([]LockInfo, error) {
 	in, ok := c.b.(Inspector)
 	if !ok {
@@ -159,14 +183,29 @@ func (c *Client) Inspect(ctx context.Context, prefix string) ([]LockInfo, error)
 		return nil, &Error{Op: "inspect", Backend: c.desc, Kind: ErrClosed}
 	}
 	defer c.ops.Done()
-	infos, err := in.Inspect(ctx, c.cfg.namespace+prefix)
+	ns := c.cfg.namespace
+	enc := ""
+	if ns != "" || prefix != "" {
+		enc = encodeKey(ns, prefix)
+	}
+	limit := newGrace(ctx)
+	defer limit.release()
+	infos, err := bounded(c, limit, ctx, func(ctx context.Context) ([]LockInfo, error) {
+		return in.Inspect(ctx, enc)
+	}, nil)
 	if err != nil {
 		return nil, &Error{Op: "inspect", Backend: c.desc, Kind: kindOf(err), Err: err}
 	}
-	for i := range infos {
-		infos[i].Name = strings.TrimPrefix(infos[i].Name, c.cfg.namespace)
+	out := infos[:0]
+	for _, info := range infos {
+		kns, name, _ := decodeKey(info.Name)
+		if kns != ns && ns != "" {
+			continue // a backend whose prefix match is looser than asked
+		}
+		info.Namespace, info.Name = kns, name
+		out = append(out, info)
 	}
-	return infos, nil
+	return out, nil
 }
 
 // begin registers an operation in progress, or reports that the client is
@@ -184,8 +223,11 @@ func (c *Client) begin() error {
 // Close ends the client: waiting Lock calls return [ErrClosed], the renewal
 // loop stops, every lease still held is released on the backend and reports
 // loss (its Err matches both [ErrLeaseLost] and [ErrClosed]), and the backend
-// is closed. Close waits for all of it. It returns the errors of releases
-// that failed and of closing the backend; a second Close returns ErrClosed.
+// is closed. Close waits for all of it, but returns within [CloseTimeout]
+// plus [CancelGrace] whatever the store does: a release that gets no answer
+// in time is left to the lease's TTL, and the error says what did not end.
+// It returns the errors of releases that failed and of closing the backend;
+// a second Close returns ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -194,13 +236,28 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
-
-	c.cancel()
-	c.ops.Wait()
-	held := c.keeper.stop()
-
+	// The bound is real time, not the injectable clock's.
+	deadline := time.Now().Add(CloseTimeout)
 	var errs []error
 	var mu sync.Mutex
+	failed := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	noAnswer := func(what string) {
+		failed(&Error{Op: "close", Backend: c.desc, Kind: ErrBackendUnavailable,
+			Err: fmt.Errorf("%s did not end in time; left running", what)})
+	}
+
+	c.cancel()
+	// Waiting Locks end by CancelGrace after the cancel; Unlock and Extend
+	// under contexts that never end get as long as a release.
+	if !waitTimeout(&c.ops, releaseTimeout) {
+		noAnswer("an Unlock or Extend in progress")
+	}
+	held := c.keeper.stop()
+
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for _, l := range held {
@@ -211,18 +268,32 @@ func (c *Client) Close() error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), min(time.Until(deadline), releaseTimeout))
 			defer cancel()
-			if err := c.b.Release(ctx, l.hold()); err != nil && !errors.Is(err, ErrLeaseLost) {
-				mu.Lock()
-				errs = append(errs, &Error{Op: "unlock", Name: l.name, Backend: c.desc, Kind: kindOf(err), Err: err})
-				mu.Unlock()
+			limit := newGrace(ctx)
+			defer limit.release()
+			h := l.hold()
+			err := bounded0(c, limit, ctx, func(ctx context.Context) error { return c.b.Release(ctx, h) }, nil)
+			if err != nil && !errors.Is(err, ErrLeaseLost) {
+				failed(&Error{Op: "unlock", Name: l.name, Backend: c.desc, Kind: kindOf(err), Err: err})
 			}
 		}()
 	}
 	wg.Wait()
-	if err := c.b.Close(); err != nil {
-		errs = append(errs, &Error{Op: "close", Backend: c.desc, Kind: kindOf(err), Err: err})
+	if !waitTimeout(&c.bg, time.Until(deadline)) {
+		noAnswer("a backend call abandoned after its context ended")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.b.Close() }()
+	t := time.NewTimer(max(time.Until(deadline), 0) + CancelGrace)
+	defer t.Stop()
+	select {
+	case err := <-closed:
+		if err != nil {
+			errs = append(errs, &Error{Op: "close", Backend: c.desc, Kind: kindOf(err), Err: err})
+		}
+	case <-t.C:
+		noAnswer("closing the backend")
 	}
 	return errors.Join(errs...)
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // sentinel is the type of the package's sentinel errors. Its message carries
@@ -52,11 +54,22 @@ var (
 	// ErrNoQuorum means a quorum-based backend (Redlock) did not get a
 	// majority of its nodes; the error names the nodes that failed and why.
 	ErrNoQuorum error = &sentinel{"no quorum"}
+
+	// ErrForeignData means a record where a backend keeps a lock's state
+	// (an SQL row, a Redis hash, a ZooKeeper node, an etcd key) holds data
+	// that dlock did not write: a value it cannot read, a count out of
+	// range, a fencing token at the top of its range (no later token could
+	// be given). The operation changed nothing; the error names the
+	// backend and the record. Inspect lists such records marked in
+	// [LockInfo].Bad. Remove or repair the record, or use another table,
+	// prefix or namespace.
+	ErrForeignData error = &sentinel{"foreign data"}
 )
 
 var sentinels = []error{
 	ErrNotAcquired, ErrLeaseLost, ErrUnlocked, ErrInvalidName,
 	ErrInvalidOption, ErrClosed, ErrBackendUnavailable, ErrNoQuorum,
+	ErrForeignData,
 }
 
 // Error is the error type returned by Client, Mutex and Lease methods. It
@@ -76,7 +89,8 @@ func (e *Error) Error() string {
 	b = append(b, "dlock: "...)
 	b = append(b, e.Op...)
 	if e.Name != "" || e.Op == "lock" || e.Op == "trylock" {
-		b = fmt.Appendf(b, " %q", e.Name)
+		b = append(b, ' ')
+		b = append(b, quoteCut(e.Name)...)
 	}
 	if e.Backend != "" {
 		b = append(b, " on "...)
@@ -89,11 +103,7 @@ func (e *Error) Error() string {
 	if e.Kind != nil {
 		kind := e.Kind.Error()
 		if s, ok := e.Kind.(*sentinel); ok {
-			// A backend's cause usually wraps the kind itself
-			// ("dlock: backend unavailable: dial ..."): say it once.
-			if rest, found := strings.CutPrefix(cause, kind); found {
-				cause = strings.TrimPrefix(rest, ": ")
-			}
+			cause = sayOnce(cause, kind)
 			kind = s.msg
 		}
 		b = append(b, ": "...)
@@ -106,6 +116,28 @@ func (e *Error) Error() string {
 	return string(b)
 }
 
+// sayOnce removes from a cause the text of the kind the Error prints
+// itself: a backend's cause usually wraps the kind, at its start
+// ("dlock: backend unavailable: dial ...") or after its own words
+// ("redis 10.0.0.1:6379: dlock: backend unavailable: dial ..."). The
+// other sentinels lose their "dlock: ", which the Error prints once.
+func sayOnce(cause, kind string) string {
+	if i := strings.Index(cause, kind); i >= 0 {
+		rest := cause[i+len(kind):]
+		if r, ok := strings.CutPrefix(rest, ": "); ok || rest == "" {
+			cause = strings.TrimSuffix(cause[:i], ": ")
+			if cause != "" && r != "" {
+				cause += ": "
+			}
+			cause += r
+		}
+	}
+	for _, s := range sentinels {
+		cause = strings.ReplaceAll(cause, s.Error(), s.(*sentinel).msg)
+	}
+	return cause
+}
+
 // Unwrap returns the kind and the cause, for errors.Is and errors.As.
 func (e *Error) Unwrap() []error {
 	errs := make([]error, 0, 2)
@@ -116,6 +148,24 @@ func (e *Error) Unwrap() []error {
 		errs = append(errs, e.Err)
 	}
 	return errs
+}
+
+// maxEcho is how many bytes of a user's input (a name, an owner) an error
+// message quotes.
+const maxEcho = 64
+
+// quoteCut quotes s for an error message, cut to maxEcho bytes (at a rune
+// boundary) with its length when longer: a 10 KB name must not make a
+// 10 KB message.
+func quoteCut(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	i := maxEcho
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return fmt.Sprintf("%q… (%d bytes)", s[:i], len(s))
 }
 
 // HeldError is the cause a backend gives with [ErrNotAcquired] when it knows
@@ -133,7 +183,7 @@ type Holder struct {
 
 // Error says who holds the lock.
 func (e *HeldError) Error() string {
-	s := fmt.Sprintf("held by %q", e.Holder.Owner)
+	s := "held by " + quoteCut(e.Holder.Owner)
 	if e.Holder.Token != 0 {
 		s += fmt.Sprintf(" (token %d)", e.Holder.Token)
 	}

@@ -190,8 +190,15 @@ func (l *Lease) tick(now time.Time, next *time.Time) tickResult {
 		return tickWait
 	}
 	// Renewals due within a tenth of the TTL go along with this one, so
-	// that a batching backend gets them in one call.
-	if !now.Before(l.nextRenew.Add(-l.ttl / 10)) {
+	// that a batching backend gets them in one call. A retry after a
+	// failed renewal is due at its own time only: it comes TTL/20 after
+	// the failure, within that window, so it would be due again at once
+	// and a store that fails fast would be retried in a busy loop.
+	lead := l.ttl / 10
+	if l.lastErr != nil {
+		lead = 0
+	}
+	if !now.Before(l.nextRenew.Add(-lead)) {
 		l.renewing = make(chan struct{})
 		return tickDue
 	}
@@ -217,7 +224,11 @@ func (k *keeper) release(l *Lease) {
 	defer k.work.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := k.c.b.Release(ctx, l.hold()); err != nil && !errors.Is(err, ErrLeaseLost) {
+	limit := newGrace(ctx)
+	defer limit.release()
+	h := l.hold()
+	err := bounded0(k.c, limit, ctx, func(ctx context.Context) error { return k.c.b.Release(ctx, h) }, nil)
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		k.c.cfg.logger.Warn("dlock: release at MaxHold failed; the lock expires with its TTL",
 			"lock", l.name, "backend", k.c.desc, "err", err)
 	}
@@ -246,9 +257,21 @@ func (k *keeper) renew(now time.Time, due []*Lease) {
 	// lease; bound the call by it.
 	ctx, cancel := context.WithTimeout(k.ctx, limit.Sub(sent))
 	defer cancel()
+	// A store that does not answer holds the renewals up by CancelGrace
+	// past that at most; they are retried while the leases last.
+	grace := newGrace(ctx)
+	defer grace.release()
 	errs := make([]error, len(due))
 	if k.c.batch != nil && len(rs) > 1 {
-		got := k.c.batch.RenewBatch(ctx, rs)
+		got, err := bounded(k.c, grace, ctx, func(ctx context.Context) ([]error, error) {
+			return k.c.batch.RenewBatch(ctx, rs), nil
+		}, nil)
+		if err != nil {
+			got = nil
+			for range errs {
+				got = append(got, err)
+			}
+		}
 		for i := range errs {
 			if i < len(got) {
 				errs[i] = got[i]
@@ -264,7 +287,9 @@ func (k *keeper) renew(now time.Time, due []*Lease) {
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				errs[i] = k.c.b.Renew(ctx, rs[i].Hold, rs[i].TTL)
+				errs[i] = bounded0(k.c, grace, ctx, func(ctx context.Context) error {
+					return k.c.b.Renew(ctx, rs[i].Hold, rs[i].TTL)
+				}, nil)
 			}()
 		}
 		wg.Wait()

@@ -112,10 +112,12 @@ func (l *Lease) Err() error {
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Extend renews the lease now with a new TTL, which also becomes the TTL of
-// later renewals. It returns an error matching [ErrLeaseLost] if the
-// backend says the lease was lost (the lease is then over), or the
-// backend's error if it could not be reached (the lease is unchanged and
-// renewal goes on).
+// later renewals. A TTL below [MinTTL] or above [Client.MaxTTL] is
+// [ErrInvalidOption] and leaves the lease unchanged. It returns an error
+// matching [ErrLeaseLost] if the backend says the lease was lost (the lease
+// is then over), or the backend's error if it could not be reached (the
+// lease is unchanged and renewal goes on). Extend returns at the latest
+// [CancelGrace] after ctx ends, whatever the store does.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.c
 	fail := func(kind, err error) error {
@@ -124,15 +126,24 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fail(ErrInvalidOption, fmt.Errorf("TTL %v is below the minimum %v", ttl, MinTTL))
 	}
+	if err := c.checkTTL(ttl); err != nil {
+		return fail(ErrInvalidOption, err)
+	}
 	if err := c.begin(); err != nil {
 		return fail(ErrClosed, nil)
 	}
 	defer c.ops.Done()
+	limit := newGrace(ctx)
+	defer limit.release()
 	l.mu.Lock()
 	for l.renewing != nil && l.err == nil {
 		ch := l.renewing
 		l.mu.Unlock()
-		<-ch
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fail(kindOf(ctx.Err()), ctx.Err())
+		}
 		l.mu.Lock()
 	}
 	if l.err == nil && !c.cfg.clock.Now().Before(l.deadline) {
@@ -149,7 +160,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.renewing = ch
 	l.mu.Unlock()
 
-	err := c.b.Renew(ctx, l.hold(), eff)
+	// A renewal answered late is harmless: the lease's deadline counts
+	// from before it was sent.
+	err := renewBounded(c, limit, ctx, l.hold(), eff)
 
 	l.mu.Lock()
 	l.renewing = nil
@@ -175,7 +188,8 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // holder — [ErrUnlocked] if it was already unlocked, and [ErrClosed] if the
 // Client was closed (which released it). If the backend cannot be reached
 // the error says so; the lease is over either way and, no longer renewed,
-// expires on the backend after its TTL.
+// expires on the backend after its TTL. Unlock returns at the latest
+// [CancelGrace] after ctx ends, whatever the store does.
 func (l *Lease) Unlock(ctx context.Context) error {
 	c := l.c
 	fail := func(kind, err error) error {
@@ -192,12 +206,19 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fail(ErrClosed, nil)
 	}
 	defer c.ops.Done()
+	limit := newGrace(ctx)
+	defer limit.release()
 
 	l.mu.Lock()
-	for l.renewing != nil {
+	// Wait for a renewal in flight, which may report the lease lost, but
+	// not past ctx: a release may run beside a renewal.
+	for l.renewing != nil && ctx.Err() == nil {
 		ch := l.renewing
 		l.mu.Unlock()
-		<-ch
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
 		l.mu.Lock()
 	}
 	if l.err == nil && !c.cfg.clock.Now().Before(l.deadline) {
@@ -212,7 +233,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 
 	var err error
 	if release {
-		err = c.b.Release(ctx, l.hold())
+		err = releaseBounded(c, limit, ctx, l.hold())
 	}
 	switch {
 	case stale != nil && errors.Is(stale, ErrClosed):

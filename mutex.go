@@ -35,7 +35,12 @@ func (m *Mutex) Name() string { return m.name }
 //
 // If ctx ends first, Lock returns an error matching both [ErrNotAcquired]
 // and ctx.Err(), and leaves nothing behind: its place in any queue is
-// withdrawn, so nobody after it is delayed.
+// withdrawn, so nobody after it is delayed. It returns at the latest
+// [CancelGrace] after ctx ends, even if the store stopped answering (the
+// error then also matches [ErrBackendUnavailable]). A grant that reached
+// the store but whose answer was cut off is released in the background
+// once the store answers again (for an owner made for this Lock, on a
+// backend that implements [Inspector]); otherwise it expires with its TTL.
 //
 // If the backend cannot be reached on the first attempt, Lock returns an
 // error matching [ErrBackendUnavailable] at once. Once it is waiting, it
@@ -64,10 +69,13 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	if err := m.cfg.check(false); err != nil {
 		return fail(ErrInvalidOption, err)
 	}
+	if err := c.checkTTL(m.cfg.ttl); err != nil {
+		return fail(ErrInvalidOption, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return fail(ErrNotAcquired, err)
 	}
-	key := c.cfg.namespace + m.name
+	key := encodeKey(c.cfg.namespace, m.name)
 	owner := m.cfg.owner
 	if outer := LeaseFrom(ctx); outer != nil && outer.c.b == c.b && outer.key == key {
 		if err := outer.Err(); err != nil {
@@ -75,13 +83,21 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 		}
 		owner = outer.owner
 	}
-	if owner == "" {
+	fresh := owner == "" // only this acquisition can hold with its owner
+	if fresh {
 		owner = newOwner()
 	}
 	if err := c.begin(); err != nil {
 		return fail(ErrClosed, nil)
 	}
 	defer c.ops.Done()
+	// Every backend call below returns by CancelGrace after the caller's
+	// ctx ends; a call that does not is left to finish in the background,
+	// which then undoes it (see late). Under a ctx that never ends the
+	// calls run on this goroutine, at no cost: only Close could end them,
+	// and Close bounds its own wait.
+	limit := newGrace(ctx)
+	defer limit.release()
 	// Close cancels waiting acquisitions.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -89,9 +105,12 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	defer stop()
 
 	req := Request{Name: key, Owner: owner, TTL: m.cfg.ttl, Fair: m.cfg.fair, Wait: wait}
+	a := calls{c: c, limit: limit, ctx: ctx, name: m.name, key: key, owner: owner, fresh: fresh}
+	busy := false // a call of w was left running: it withdraws w when it ends
 	clk := c.cfg.clock
 	sent := clk.Now()
-	g, w, err := c.b.Acquire(ctx, req)
+	g, w, err := a.acquire(req)
+	cut := a.cut(err) // the last attempt's outcome is unknown
 	var (
 		seen     Holder // the holder OnWait was last told of
 		lastBusy error  // the last "held by" answer, for the error if ctx ends
@@ -110,7 +129,7 @@ wait:
 					m.cfg.onWait(held.Holder)
 				}
 			}
-			err = w.Wait(ctx)
+			err = a.wait(w)
 		case errors.Is(err, ErrBackendUnavailable) && ctx.Err() == nil:
 			// A waiter rides out a store that is briefly unreachable (a
 			// restart, an election) until its context ends; only the
@@ -123,21 +142,28 @@ wait:
 			break wait
 		}
 		if err != nil {
+			busy = isNoAnswer(err)
 			continue // the switch judges the error of Wait or of the pause
 		}
 		sent = clk.Now()
-		g, err = w.Acquire(ctx)
+		g, err = a.attempt(w)
+		busy = isNoAnswer(err)
+		cut = a.cut(err)
 		if err == nil && g.Age > 0 {
 			sent = sent.Add(-g.Age)
 		}
 	}
 	if err != nil {
-		if w != nil {
-			cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			if cerr := w.Cancel(cctx); cerr != nil {
-				c.cfg.logger.Warn("dlock: withdrawing a waiter failed", "lock", m.name, "backend", c.desc, "err", cerr)
-			}
-			ccancel()
+		if cut && !busy {
+			// The attempt was cut off by ctx: it may have been granted.
+			a.c.bg.Add(1)
+			go func() {
+				defer a.c.bg.Done()
+				a.compensate()
+			}()
+		}
+		if w != nil && !busy {
+			a.cancel(w)
 		}
 		if c.closing.Err() != nil {
 			return fail(ErrClosed, err)

@@ -17,6 +17,13 @@ const (
 	// MinTTL is the shortest TTL accepted: below it a renewal every TTL/3
 	// cannot complete reliably within the lease.
 	MinTTL = 100 * time.Millisecond
+	// MaxTTL is the longest TTL accepted by a backend that does not state
+	// its own maximum (see [TTLLimiter]). The TTL is how long a crashed
+	// holder blocks its lock, not how long a job may run (a lease renews
+	// itself, so a job of any length works with a short TTL); a day bounds
+	// that damage while leaving room for any sane setting, and keeps every
+	// store's unit conversion far from overflow.
+	MaxTTL = 24 * time.Hour
 	// DefaultDrift is the share of the TTL a lease's validity keeps in
 	// reserve for clock drift between the client and the backend.
 	DefaultDrift = 0.01
@@ -59,8 +66,9 @@ type config struct {
 // TTL sets the lease time to live: how long the backend keeps the lock
 // after the last renewal if the holder stops renewing (crashes). The client
 // renews every TTL/3. The default is [DefaultTTL]; a TTL below [MinTTL]
-// (including zero or negative) is [ErrInvalidOption]. Backends with a
-// coarser clock may round it up (etcd to whole seconds).
+// (including zero or negative) or above the backend's maximum (see
+// [Client.MaxTTL]) is [ErrInvalidOption]. Backends with a coarser clock may
+// round it up (etcd to whole seconds).
 func TTL(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d < MinTTL {
@@ -76,14 +84,15 @@ func TTL(d time.Duration) Option {
 // succeeds at once with the same token and increments a hold count kept on
 // the backend; the lock frees after as many Unlocks. Another process using
 // the same owner id can re-enter too. Without Owner each acquisition gets a
-// fresh random owner id and locks never nest. Owner is a Mutex option; an
-// empty id, or one longer than 255 bytes or not valid UTF-8, is
-// [ErrInvalidOption].
+// fresh random owner id and locks never nest. Owner is a Mutex option. An
+// owner id follows the rule of names, on every backend: 1-255 bytes of
+// valid UTF-8 without NUL; any other id is [ErrInvalidOption] and never
+// reaches the backend.
 func Owner(id string) Option {
 	return optionFunc(func(c *config) {
 		c.mutexOnly = append(c.mutexOnly, "Owner")
-		if id == "" || len(id) > MaxNameLen || !utf8.ValidString(id) {
-			c.errs = append(c.errs, fmt.Sprintf("owner %q must be 1-%d bytes of valid UTF-8", id, MaxNameLen))
+		if msg := validName(id, MaxNameLen); msg != "" {
+			c.errs = append(c.errs, fmt.Sprintf("owner %s %s", quoteCut(id), msg))
 			return
 		}
 		c.owner = id
@@ -139,10 +148,13 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// Namespace prefixes every lock name of the Client with prefix+"/" on the
-// backend, so that several applications can share one store. Names in
+// Namespace puts every lock of the Client in a space of its own on the
+// backend, so that several applications can share one store: the name
+// "job" in namespace "app" is a different lock from "job" in another
+// namespace, and from "app/job" or any other name without one. Names in
 // errors, leases and Inspect are shown without it. It is a Client option;
-// the prefix must be 1-64 bytes of valid UTF-8 without NUL.
+// the prefix must be 1-64 bytes of valid UTF-8 without NUL or the byte
+// 0x1F, which marks namespaced keys on the backend.
 func Namespace(prefix string) Option {
 	return optionFunc(func(c *config) {
 		c.clientOnly = append(c.clientOnly, "Namespace")
@@ -150,7 +162,11 @@ func Namespace(prefix string) Option {
 			c.errs = append(c.errs, "namespace "+err)
 			return
 		}
-		c.namespace = prefix + "/"
+		if strings.IndexByte(prefix, nsMark) >= 0 {
+			c.errs = append(c.errs, "namespace contains the byte 0x1F")
+			return
+		}
+		c.namespace = prefix
 	})
 }
 

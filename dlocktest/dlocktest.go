@@ -47,6 +47,8 @@ type config struct {
 	grants    int
 	names     int
 	leakCheck bool
+	foreign   *foreignHooks // see PlantForeign
+	reclaim   *reclaimHooks // see Reclaim
 }
 
 // ShortTTL sets the TTL of the items that wait for an expiry (default
@@ -98,6 +100,12 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 		{"ManyNames", (*suite).manyNames},
 		{"CloseWithLocksHeld", (*suite).closeWithLocksHeld},
 		{"Extend", (*suite).extend},
+		{"ForeignData", (*suite).foreignData},
+		{"ReclaimKeepsTokens", (*suite).reclaimKeepsTokens},
+		{"InspectWaiters", (*suite).inspectWaiters},
+		{"WokenNotPolling", (*suite).wokenNotPolling},
+		{"ExtremeTTL", (*suite).extremeTTL},
+		{"NamespaceIsolation", (*suite).namespaceIsolation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if cfg.leakCheck {
@@ -192,6 +200,9 @@ func (c *crashable) Release(ctx context.Context, h dlock.Hold) error {
 	}
 	return c.Backend.Release(ctx, h)
 }
+
+// MaxTTL forwards the backend's maximum TTL (0: it states none).
+func (c *crashable) MaxTTL() time.Duration { return maxTTLOf(c.Backend) }
 
 func (c *crashable) Close() error {
 	var err error
@@ -514,22 +525,13 @@ func (s *suite) reentrantContext() {
 }
 
 // waitFor starts Lock on m in a goroutine and returns once the backend has
-// registered it as a waiter (OnWait was called), with a channel for its
-// result.
+// registered it as a waiter (its Acquire returned a Waiter), with a channel
+// for its result. c must come from waiterClient.
 func (s *suite) waitFor(c *dlock.Client, name string, ctx context.Context, opts ...dlock.Option) <-chan lockResult {
 	s.t.Helper()
-	waiting := make(chan struct{})
-	var once sync.Once
-	opts = append(opts, dlock.OnWait(func(dlock.Holder) { once.Do(func() { close(waiting) }) }))
-	res := make(chan lockResult, 1)
-	go func() {
-		l, err := c.Mutex(name, opts...).Lock(ctx)
-		res <- lockResult{l, err}
-	}()
-	select {
-	case <-waiting:
-	case r := <-res:
-		s.t.Fatalf("Lock(%q) returned (%v, %v) instead of waiting", name, r.l, r.err)
+	res, err := startWaiting(c, name, ctx, opts...)
+	if err != nil {
+		s.t.Fatal(err)
 	}
 	return res
 }
@@ -550,7 +552,7 @@ func (s *suite) fairFIFO() {
 	)
 	results := make([]<-chan lockResult, waiters)
 	for i := range waiters {
-		results[i] = s.waitFor(s.client(), name, s.ctx(time.Minute), dlock.Fair())
+		results[i] = s.waitFor(s.waiterClient(), name, s.ctx(time.Minute), dlock.Fair())
 	}
 	var wg sync.WaitGroup
 	for i, ch := range results {
@@ -616,7 +618,7 @@ func (s *suite) cancelled(fair bool) {
 	if fair {
 		opts = append(opts, dlock.Fair())
 	}
-	a, b, c := s.client(dlock.TTL(time.Minute)), s.client(), s.client()
+	a, b, c := s.client(dlock.TTL(time.Minute)), s.waiterClient(), s.waiterClient()
 	holder := s.lock(a.Mutex(name, opts...))
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := s.waitFor(b, name, ctx, opts...)
@@ -691,6 +693,8 @@ func (s *suite) invalidInput() {
 		"empty Owner":         {dlock.Owner("")},
 		"client-only option":  {dlock.Drift(0.1)},
 		"invalid UTF-8 owner": {dlock.Owner("\xff")},
+		"NUL in Owner":        {dlock.Owner("a\x00b")},
+		"Owner too long":      {dlock.Owner(string(long))},
 	} {
 		l, err := c.Mutex(name, opts...).TryLock(ctx)
 		if !errors.Is(err, dlock.ErrInvalidOption) || l != nil {
@@ -791,7 +795,7 @@ func (s *suite) manyNames() {
 }
 
 func (s *suite) closeWithLocksHeld() {
-	a, b := s.client(), s.client()
+	a, b := s.waiterClient(), s.client()
 	var held []*dlock.Lease
 	for i := range 3 {
 		held = append(held, s.lock(a.Mutex(s.name(fmt.Sprint("held", i)))))
@@ -859,4 +863,54 @@ func (s *suite) extend() {
 		s.t.Errorf("Extend(0): %v, want ErrInvalidOption", err)
 	}
 	s.unlock(l)
+}
+
+// inspectWaiters checks that an Inspector reports the waiters it has, fair
+// and not fair, or -1 when it cannot tell: never a count that leaves some
+// out (dlock status showed 0 while two dlock run waited).
+func (s *suite) inspectWaiters() {
+	if _, ok := s.client().Backend().(dlock.Inspector); !ok {
+		s.t.Skip("the backend is not an Inspector")
+	}
+	for _, fair := range []bool{false, true} {
+		var opts []dlock.Option
+		if fair {
+			opts = append(opts, dlock.Fair())
+		}
+		name := s.name(fmt.Sprintf("iw-fair-%v", fair))
+		a := s.client(dlock.TTL(time.Minute))
+		holder := s.lock(a.Mutex(name, opts...))
+		s.checkWaiters(a, name, fair, 0)
+		ctx, cancel := context.WithCancel(context.Background())
+		w1 := s.waitFor(s.waiterClient(), name, ctx, opts...)
+		w2 := s.waitFor(s.waiterClient(), name, ctx, opts...)
+		s.checkWaiters(a, name, fair, 2)
+		cancel()
+		for _, w := range []<-chan lockResult{w1, w2} {
+			if r := <-w; r.err == nil {
+				s.unlock(r.l)
+				s.t.Fatalf("fair=%v: a waiter was granted while the lock was held", fair)
+			}
+		}
+		s.unlock(holder)
+	}
+}
+
+// checkWaiters checks that Inspect reports want waiters on the held lock
+// name, or -1.
+func (s *suite) checkWaiters(c *dlock.Client, name string, fair bool, want int) {
+	s.t.Helper()
+	infos, err := c.Backend().(dlock.Inspector).Inspect(s.ctx(time.Minute), name)
+	if err != nil {
+		s.t.Fatalf("Inspect: %v", err)
+	}
+	for _, in := range infos {
+		if in.Name == name {
+			if in.Waiters != want && in.Waiters != -1 {
+				s.t.Errorf("fair=%v: Inspect shows %d waiters with %d waiting, want %d or -1 (unknown)", fair, in.Waiters, want, want)
+			}
+			return
+		}
+	}
+	s.t.Fatalf("Inspect does not list the held lock %q: %+v", name, infos)
 }

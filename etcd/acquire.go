@@ -185,6 +185,13 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			if req.Wait {
 				clean = false // enqueued
 			}
+			if holder != nil {
+				if why := foreign(holder); why != "" {
+					// keep stays false: revoking the unused lease takes
+					// the key a waiting request enqueued.
+					return dlock.Grant{}, nil, foreignError(holder, why)
+				}
+			}
 			if holder != nil && decode(holder).Owner == req.Owner {
 				g, err := b.reenter(ctx, req, holder, need)
 				if errors.Is(err, errHolderChanged) && attempt < 10 {
@@ -410,6 +417,11 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		h.kept(lease, ka.sent)
 	}
 	if pred != nil {
+		if holder != nil {
+			if why := foreign(holder); why != "" {
+				return dlock.Grant{}, foreignError(holder, why) // the Client cancels the waiter
+			}
+		}
 		w.pred, w.predRev, w.seen, w.retry = string(pred.Key), pred.CreateRevision, tr.Header.Revision, 0
 		return dlock.Grant{}, heldError(holder)
 	}

@@ -5,11 +5,19 @@
 //
 // Import it for the "etcd" URL scheme:
 //
-//	etcd://host1:2379,host2:2379/prefix?dial-timeout=5s
+//	etcd://host1:2379,host2:2379/prefix?connect_timeout=5s
 //
 // lists the cluster's client endpoints (plain http; user:password@ for etcd
 // authentication) and the key prefix ("dlock" when the path is empty).
+// connect_timeout (or dial-timeout, etcdctl's name) bounds Open and each
+// dial (default [dlock.DefaultConnectTimeout]).
 // [New] takes an existing *clientv3.Client instead.
+//
+// # Maximum TTL
+//
+// A TTL becomes an etcd lease of whole seconds (rounded up, without
+// overflow). The longest TTL is [dlock.MaxTTL] (24 h), the Client's
+// ceiling: far below etcd's own limit on lease TTLs.
 //
 // # Algorithm
 //
@@ -75,6 +83,13 @@
 // waiting, and keeps trying to keep its lease alive, until its context
 // ends. Renewal errors other than loss are retried by the Client until the
 // lease's deadline.
+//
+// A key at the head of a lock's queue that dlock did not write — a value
+// that is not dlock's JSON with an owner and holds of at least 1, or a key
+// without a lease, which would hold the lock for ever — makes TryLock and
+// Lock fail with dlock.ErrForeignData naming the key; the request's own
+// key goes with its lease, so nothing is left changed. Inspect lists such
+// a lock with LockInfo.Bad set.
 //
 // # Leases and time
 //

@@ -4,22 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // DefaultPrefix is the key prefix when none is given.
 const DefaultPrefix = "dlock"
 
 // DefaultDialTimeout bounds the connection set-up of [Open] and the "etcd"
-// URL scheme when the URL gives no dial-timeout.
-const DefaultDialTimeout = 5 * time.Second
+// URL scheme when the URL gives no connect_timeout (or dial-timeout, its
+// other name): [dlock.DefaultConnectTimeout].
+const DefaultDialTimeout = dlock.DefaultConnectTimeout
 
 func init() {
 	dlock.Register("etcd", func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
@@ -51,17 +57,25 @@ func parseURL(u *url.URL) (clientv3.Config, string, error) {
 		cfg.Password, _ = u.User.Password()
 	}
 	cfg.DialTimeout = DefaultDialTimeout
-	for k, vs := range u.Query() {
-		switch k {
-		case "dial-timeout":
-			d, err := time.ParseDuration(vs[len(vs)-1])
-			if err != nil || d <= 0 {
-				return bad("dial-timeout %q is not a positive duration", vs[len(vs)-1])
-			}
-			cfg.DialTimeout = d
-		default:
-			return bad("unknown parameter %q (known: dial-timeout)", k)
+	q := u.Query()
+	if _, ok := q["dial-timeout"]; ok {
+		// etcdctl's name for the same setting.
+		if _, both := q[connect.Param]; both {
+			return bad("connect_timeout and dial-timeout are the same setting; give one")
 		}
+		q[connect.Param] = q["dial-timeout"]
+		delete(q, "dial-timeout")
+	}
+	d, err := connect.Take(q, DefaultDialTimeout)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if d == 0 {
+		d = time.Duration(math.MaxInt64) // etcd takes 0 for its own default
+	}
+	cfg.DialTimeout = d
+	for k := range q {
+		return bad("unknown parameter %q (known: connect_timeout, dial-timeout)", k)
 	}
 	prefix := strings.Trim(u.Path, "/")
 	if prefix == "" {
@@ -149,22 +163,52 @@ func Open(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, e
 		cfg.DialKeepAliveTime = 10 * time.Second
 		cfg.DialKeepAliveTimeout = 5 * time.Second
 	}
+	addrs := strings.Join(trimScheme(cfg.Endpoints), ",")
+	probe := new(connect.Probe)
+	if tcpOnly(cfg.Endpoints) {
+		dial := probe.Dial(nil)
+		cfg.DialOptions = append(cfg.DialOptions[:len(cfg.DialOptions):len(cfg.DialOptions)],
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dial(ctx, "tcp", addr) }))
+	}
+	pctx, cancel := connect.Bound(ctx, cfg.DialTimeout)
+	defer cancel()
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, &kindError{kind: dlock.ErrBackendUnavailable, msg: "etcd: connecting to " + strings.Join(cfg.Endpoints, ","), err: err}
+		return nil, etcdServer.Explain(pctx, addrs, probe, err)
 	}
 	// One answer from one member, within the dial timeout, tells that the
 	// endpoints are right; the cluster may still be electing a leader.
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	_, err = cli.Get(pctx, "dlock-open-check", clientv3.WithSerializable(), clientv3.WithCountOnly())
-	cancel()
 	if err != nil {
+		err := etcdServer.Explain(pctx, addrs, probe, err)
 		cli.Close()
-		return nil, &kindError{kind: dlock.ErrBackendUnavailable, msg: "etcd: no answer from " + strings.Join(cfg.Endpoints, ",") + " within " + cfg.DialTimeout.String(), err: err}
+		return nil, err
 	}
+	probe.Done()
 	b := New(cli, opts...)
 	b.own = true
 	return b, nil
+}
+
+// etcdServer names etcd in the errors of Open.
+var etcdServer = connect.Server{
+	Backend: "etcd",
+	Kind:    "etcd",
+	Auth: func(err error) bool {
+		return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrGRPCAuthFailed) ||
+			errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied)
+	},
+}
+
+// tcpOnly reports whether every endpoint is reached over TCP, which is
+// how the probe dials.
+func tcpOnly(eps []string) bool {
+	for _, e := range eps {
+		if strings.HasPrefix(e, "unix") {
+			return false
+		}
+	}
+	return true
 }
 
 func trimScheme(eps []string) []string {

@@ -72,9 +72,11 @@ func raw(t testing.TB, endpoints []string) *clientv3.Client {
 func TestConformance(t *testing.T) {
 	srv := testserver.Etcd(t, fastElection)
 	prefix := "conformance-" + fmt.Sprint(time.Now().UnixNano())
+	names := open(t, []string{srv.Endpoint()}, prefix) // for the hook's key names
+	t.Cleanup(func() { names.Close() })
 	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
 		return open(t, []string{srv.Endpoint()}, prefix)
-	}, dlocktest.ShortTTL(time.Second))
+	}, dlocktest.ShortTTL(time.Second), foreignHook(names, []string{srv.Endpoint()}))
 }
 
 func TestOpenURL(t *testing.T) {
@@ -206,16 +208,20 @@ func TestSubSecondTTL(t *testing.T) {
 	eps := []string{srv.Endpoint()}
 	c, other := client(t, eps, "subsec"), client(t, eps, "subsec")
 	ctx := ctxT(t, time.Minute)
-	l, err := c.Mutex("x", dlock.TTL(dlock.MinTTL)).Lock(ctx)
+	// Sub-second, but not MinTTL: a 100 ms lease renewed every 33 ms is lost
+	// to one late renewal on a loaded machine (seen under -race), which is
+	// the keeper doing its job, not what this test is about.
+	const ttl = 500 * time.Millisecond
+	l, err := c.Mutex("x", dlock.TTL(ttl)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left := time.Until(l.Deadline()); left > dlock.MinTTL {
-		t.Errorf("deadline %v ahead, want at most the requested TTL %v", left, dlock.MinTTL)
+	if left := time.Until(l.Deadline()); left > ttl {
+		t.Errorf("deadline %v ahead, want at most the requested TTL %v", left, ttl)
 	}
 	time.Sleep(1500 * time.Millisecond) // longer than etcd's 1 s lease: renewals kept it
 	if err := l.Err(); err != nil {
-		t.Fatalf("lease with TTL %v lost while renewing: %v", dlock.MinTTL, err)
+		t.Fatalf("lease with TTL %v lost while renewing: %v", ttl, err)
 	}
 	if _, err := other.Mutex("x").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock by another owner: %v, want ErrNotAcquired", err)

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -63,9 +64,13 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 	out := make([]dlock.LockInfo, 0, len(locks))
 	for name, l := range locks {
 		v := decode(l.holder)
+		var bad string
+		if why := foreign(l.holder); why != "" {
+			bad = fmt.Sprintf("key %q: %s", l.holder.Key, why)
+		}
 		out = append(out, dlock.LockInfo{
 			Name: name, Owner: v.Owner, Token: uint64(l.holder.CreateRevision),
-			Count: max(v.Holds, 1), Waiters: l.keys - 1,
+			Count: max(v.Holds, 1), Waiters: l.keys - 1, Bad: bad,
 		})
 	}
 	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/dur"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -98,6 +100,36 @@ func encode(owner string, holds int) string {
 	return string(b)
 }
 
+// foreign says what makes kv, a key under a lock's prefix, one that dlock
+// did not write, or "": dlock's keys hold JSON with an owner and holds of
+// at least 1, and live on a lease (a key without one would hold the lock
+// for ever).
+func foreign(kv *mvccpb.KeyValue) string {
+	var v value
+	switch err := json.Unmarshal(kv.Value, &v); {
+	case err != nil:
+		s := strconv.Quote(string(kv.Value))
+		if len(s) > 64 {
+			s = s[:61] + "..."
+		}
+		return "its value " + s + " is not dlock's JSON"
+	case v.Owner == "":
+		return "it names no owner"
+	case v.Holds < 1:
+		return fmt.Sprintf("its holds %d is below 1", v.Holds)
+	case kv.Lease == 0:
+		return "it has no lease, so it would never expire"
+	}
+	return ""
+}
+
+// foreignError is the error of an acquisition whose queue is headed by kv,
+// a key that dlock did not write.
+func foreignError(kv *mvccpb.KeyValue, why string) error {
+	return &kindError{kind: dlock.ErrForeignData,
+		msg: fmt.Sprintf("etcd: key %q holds data that dlock did not write: %s; nothing was changed", kv.Key, why)}
+}
+
 func decode(kv *mvccpb.KeyValue) value {
 	var v value
 	if kv == nil || json.Unmarshal(kv.Value, &v) != nil {
@@ -109,8 +141,7 @@ func decode(kv *mvccpb.KeyValue) value {
 // ttlSeconds is the etcd lease TTL for a requested TTL: rounded up to
 // whole seconds, at least 1 (etcd raises it to its own minimum).
 func ttlSeconds(ttl time.Duration) int64 {
-	s := int64((ttl + time.Second - 1) / time.Second)
-	return max(s, 1)
+	return max(dur.Ceil(ttl, time.Second), 1)
 }
 
 // transient reports whether err means that etcd could not be reached or

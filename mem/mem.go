@@ -7,9 +7,23 @@
 // Import it for the "mem" URL scheme: "mem://" opens a fresh private store,
 // "mem://NAME" the store of that name shared by everything in the process
 // that opens it.
+//
+// The longest TTL is [dlock.MaxTTL] (24 h), the Client's ceiling for
+// backends that state none: mem keeps expiry as a time.Time and could keep
+// any duration, but a day bounds how long an abandoned hold blocks a lock.
+//
+// # State
+//
+// A store keeps an entry per name only while the name is held or waited
+// on: a release that frees a name without waiters forgets it, and a hold
+// that expired is forgotten by the next operation on the store (each
+// operation frees up to 16 expired holds, earliest first, besides the name
+// it works on). Tokens come from one counter per store, so they increase
+// per name (and across names) without keeping anything per name.
 package mem
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"net/url"
@@ -39,21 +53,25 @@ type Store struct {
 	name   string
 	mu     sync.Mutex
 	locks  map[string]*lock
-	tokens map[string]uint64 // the last token of every name ever granted; never shrinks
+	tokens uint64  // the last token granted, of any name
+	holds  expHeap // the held locks, earliest expiry first
 }
 
 type lock struct {
+	name    string
+	idx     int    // in the Store's holds, or -1
 	owner   string // "" when free
 	count   int
 	token   uint64
 	expires time.Time
 	changed chan struct{} // closed when the lock frees or the queue head leaves
 	queue   []*waiter     // fair waiters in arrival order
+	others  int           // waiting non-fair requests, counted for Inspect
 }
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	return &Store{locks: make(map[string]*lock), tokens: make(map[string]uint64)}
+	return &Store{locks: make(map[string]*lock)}
 }
 
 var named struct {
@@ -111,19 +129,75 @@ func (b *Backend) Close() error { return nil }
 func (s *Store) get(name string) *lock {
 	l := s.locks[name]
 	if l == nil {
-		l = &lock{changed: make(chan struct{})}
+		l = &lock{name: name, idx: -1, changed: make(chan struct{})}
 		s.locks[name] = l
 	}
 	return l
 }
 
 // heldLocked reports whether l is held at now, freeing it if it expired.
-func (l *lock) heldLocked(now time.Time) bool {
+// s.mu is held.
+func (s *Store) heldLocked(l *lock, now time.Time) bool {
 	if l.owner != "" && !now.Before(l.expires) {
-		l.owner, l.count = "", 0
-		l.signal()
+		s.free(l)
 	}
 	return l.owner != ""
+}
+
+// free ends the hold of l. s.mu is held.
+func (s *Store) free(l *lock) {
+	l.owner, l.count = "", 0
+	if l.idx >= 0 {
+		heap.Remove(&s.holds, l.idx)
+	}
+	l.signal()
+}
+
+// expire sets the end of the hold of l. s.mu is held.
+func (s *Store) expire(l *lock, t time.Time) {
+	l.expires = t
+	if l.idx < 0 {
+		heap.Push(&s.holds, l)
+	} else {
+		heap.Fix(&s.holds, l.idx)
+	}
+}
+
+// sweep frees up to 16 holds that expired and forgets their names if
+// nobody waits: the bounded share of reclamation each operation does.
+// s.mu is held.
+func (s *Store) sweep(now time.Time) {
+	for range 16 {
+		if len(s.holds) == 0 || now.Before(s.holds[0].expires) {
+			return
+		}
+		l := s.holds[0]
+		s.free(l)
+		s.tidy(l.name, l)
+	}
+}
+
+// expHeap orders held locks by expiry.
+type expHeap []*lock
+
+func (h expHeap) Len() int           { return len(h) }
+func (h expHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *expHeap) Push(x any) {
+	l := x.(*lock)
+	l.idx = len(*h)
+	*h = append(*h, l)
+}
+func (h *expHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.idx = -1
+	return l
 }
 
 func (l *lock) signal() {
@@ -133,7 +207,7 @@ func (l *lock) signal() {
 
 // tidy forgets a lock state that holds nothing. s.mu is held.
 func (s *Store) tidy(name string, l *lock) {
-	if l.owner == "" && len(l.queue) == 0 {
+	if l.owner == "" && len(l.queue) == 0 && l.others == 0 {
 		delete(s.locks, name)
 	}
 }
@@ -142,10 +216,10 @@ func (s *Store) tidy(name string, l *lock) {
 // s.mu is held.
 func (s *Store) try(req dlock.Request, w *waiter, now time.Time) (dlock.Grant, error) {
 	l := s.get(req.Name)
-	if l.heldLocked(now) {
+	if s.heldLocked(l, now) {
 		if l.owner == req.Owner {
 			l.count++
-			l.expires = later(l.expires, now.Add(req.TTL))
+			s.expire(l, later(l.expires, now.Add(req.TTL)))
 			return dlock.Grant{Token: l.token, Count: l.count}, nil
 		}
 		return dlock.Grant{}, &dlock.HeldError{Holder: dlock.Holder{Owner: l.owner, Token: l.token, TTL: l.expires.Sub(now)}}
@@ -159,9 +233,9 @@ func (s *Store) try(req dlock.Request, w *waiter, now time.Time) (dlock.Grant, e
 		w.queued = false
 		l.signal() // waiters look again: the lock is taken, and the queue has a new head
 	}
-	s.tokens[req.Name]++
-	l.owner, l.count, l.token = req.Owner, 1, s.tokens[req.Name]
-	l.expires = now.Add(req.TTL)
+	s.tokens++
+	l.owner, l.count, l.token = req.Owner, 1, s.tokens
+	s.expire(l, now.Add(req.TTL))
 	return dlock.Grant{Token: l.token, Count: 1}, nil
 }
 
@@ -180,12 +254,13 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweep(time.Now())
 	var w *waiter
 	if req.Wait && req.Fair {
 		// A fair request takes its place in the queue before it looks, so
 		// that it cannot pass those already waiting.
 		l := s.get(req.Name)
-		if len(l.queue) > 0 || l.heldLocked(time.Now()) && l.owner != req.Owner {
+		if len(l.queue) > 0 || s.heldLocked(l, time.Now()) && l.owner != req.Owner {
 			w = &waiter{s: s, req: req, queued: true}
 			l.queue = append(l.queue, w)
 		}
@@ -197,7 +272,8 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			return dlock.Grant{}, nil, err
 		}
 		if w == nil {
-			w = &waiter{s: s, req: req}
+			w = &waiter{s: s, req: req, counted: true}
+			s.get(req.Name).others++
 		}
 		return dlock.Grant{}, w, err
 	}
@@ -208,6 +284,9 @@ type waiter struct {
 	s      *Store
 	req    dlock.Request
 	queued bool
+	// counted says that a non-fair waiter is in its lock's others count;
+	// it leaves it when granted or cancelled.
+	counted bool
 }
 
 // Wait blocks until the lock changes or its holder's TTL runs out.
@@ -216,7 +295,7 @@ func (w *waiter) Wait(ctx context.Context) error {
 	s.mu.Lock()
 	l := s.get(w.req.Name)
 	now := time.Now()
-	free := !l.heldLocked(now)
+	free := !s.heldLocked(l, now)
 	if free && (w.queued && l.queue[0] == w || !w.queued && len(l.queue) == 0) {
 		s.mu.Unlock()
 		return ctx.Err()
@@ -253,7 +332,19 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if w.queued {
 		qw = w
 	}
-	return w.s.try(w.req, qw, time.Now())
+	g, err := w.s.try(w.req, qw, time.Now())
+	if err == nil {
+		w.uncount()
+	}
+	return g, err
+}
+
+// uncount takes a non-fair waiter out of its lock's count. s.mu is held.
+func (w *waiter) uncount() {
+	if w.counted {
+		w.counted = false
+		w.s.get(w.req.Name).others--
+	}
 }
 
 // Cancel leaves the queue.
@@ -262,6 +353,10 @@ func (w *waiter) Cancel(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !w.queued {
+		if w.counted {
+			w.uncount()
+			s.tidy(w.req.Name, s.get(w.req.Name))
+		}
 		return nil
 	}
 	w.queued = false
@@ -279,7 +374,10 @@ func (w *waiter) Cancel(context.Context) error {
 // owned returns the lock state of h if h still holds it. s.mu is held.
 func (s *Store) owned(h dlock.Hold, now time.Time) (*lock, error) {
 	l := s.locks[h.Name]
-	if l == nil || !l.heldLocked(now) {
+	if l == nil || !s.heldLocked(l, now) {
+		if l != nil {
+			s.tidy(h.Name, l)
+		}
 		return nil, fmt.Errorf("%w: token %d expired or released", dlock.ErrLeaseLost, h.Token)
 	}
 	if l.owner != h.Owner || l.token != h.Token {
@@ -303,7 +401,7 @@ func (s *Store) renew(h dlock.Hold, ttl time.Duration, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	l.expires = now.Add(ttl)
+	s.expire(l, now.Add(ttl))
 	return nil
 }
 
@@ -335,18 +433,30 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	defer s.mu.Unlock()
 	l, err := s.owned(h, time.Now())
 	if err != nil {
-		if l := s.locks[h.Name]; l != nil {
-			s.tidy(h.Name, l)
-		}
 		return err
 	}
 	l.count--
 	if l.count == 0 {
-		l.owner = ""
-		l.signal()
+		s.free(l)
 		s.tidy(h.Name, l)
 	}
+	s.sweep(time.Now())
 	return nil
+}
+
+// Count returns how many names starting with prefix the store keeps state
+// for: names held or waited on, and holds that expired and were not yet
+// swept (see State).
+func (s *Store) Count(prefix string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for name := range s.locks {
+		if strings.HasPrefix(name, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // Inspect lists the held locks whose names start with prefix.
@@ -357,10 +467,14 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 	now := time.Now()
 	var out []dlock.LockInfo
 	for name, l := range s.locks {
-		if !strings.HasPrefix(name, prefix) || !l.heldLocked(now) {
+		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
-		out = append(out, dlock.LockInfo{Name: name, Owner: l.owner, Token: l.token, Count: l.count, TTL: l.expires.Sub(now), Waiters: len(l.queue)})
+		if !s.heldLocked(l, now) {
+			s.tidy(name, l)
+			continue
+		}
+		out = append(out, dlock.LockInfo{Name: name, Owner: l.owner, Token: l.token, Count: l.count, TTL: l.expires.Sub(now), Waiters: len(l.queue) + l.others})
 	}
 	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

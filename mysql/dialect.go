@@ -27,14 +27,48 @@ import (
 // refused, else token << 20 | holds (tokens below 2^43, reentry counts
 // below 2^20). Renewals and releases are one UPDATE each.
 var myDialect = sqllock.Dialect{
-	Name:         "mysql",
-	Now:          mysqlNow,
-	Max:          "GREATEST",
-	Begin:        "START TRANSACTION",
-	InsertIgnore: "INSERT IGNORE INTO",
-	Schema:       mysqlSchema,
-	Attempt:      mysqlAttempt,
-	Classify:     classifyMySQL,
+	Name:  "mysql",
+	Now:   mysqlNow,
+	Max:   "GREATEST",
+	Begin: "START TRANSACTION",
+	// A statement whose server stopped answering is given up on.
+	Interruptible: true,
+	InsertIgnore:  "INSERT IGNORE INTO",
+	Schema:        mysqlSchema,
+	Attempt:       mysqlAttempt,
+	MaxToken:      myMaxToken,
+	Classify:      classifyMySQL,
+	Buckets:       myBuckets,
+	Bucket:        myBucket,
+	Reclaim:       mysqlReclaim,
+	// A trigger cannot change its own table: the release deletes the row
+	// it freed with a second statement.
+	DeleteFreed: true,
+	DeleteLimit: true,
+	FenceTx:     true,
+}
+
+// myBuckets is the number of fence rows: acquisitions of names in
+// different buckets never wait for one another there.
+const myBuckets = 64
+
+// myBucket is the fence bucket of a name: its CRC-32 modulo myBuckets.
+func myBucket(name string) string {
+	return "(CRC32(" + name + ") % " + strconv.Itoa(myBuckets) + ")"
+}
+
+// mysqlReclaim creates the fence table and the trigger that raises a
+// bucket's mark to the token of a deleted row of dlock's.
+func mysqlReclaim(locks, _, fence string) []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + fence + ` (
+	bucket INT    NOT NULL PRIMARY KEY,
+	mark   BIGINT NOT NULL
+) ENGINE=InnoDB`,
+		`CREATE TRIGGER IF NOT EXISTS ` + locks + `_fence AFTER DELETE ON ` + locks + ` FOR EACH ROW
+	UPDATE ` + fence + ` SET mark = GREATEST(mark, OLD.token)
+	WHERE bucket = ` + myBucket("OLD.name") + ` AND ` + sqllock.RowOK(sqllock.Dialect{MaxToken: myMaxToken}, "OLD"),
+	}
 }
 
 // mysqlNow is MySQL's sqllock.Dialect.Now.
@@ -46,32 +80,48 @@ var mysqlUpserts sync.Map // table → string
 // holdsBits is the width of the reentry count in the packed result.
 const holdsBits = 20
 
+// myMaxToken is the largest token: a grant's token and count are packed
+// into the last-insert id, the count in holdsBits bits, the token in the
+// others below the sign bit.
+const myMaxToken = 1<<(63-holdsBits) - 1
+
 func mysqlUpsert(table string) string {
 	if q, ok := mysqlUpserts.Load(table); ok {
 		return q.(string)
 	}
+	q := myUpsert(table, `
+	AND NOT EXISTS (SELECT 1 FROM `+sqllock.WaitersTable(table)+` w WHERE w.name = ? AND w.seq < ? AND w.expires_at > `+mysqlNow+`)`)
+	mysqlUpserts.Store(table, q)
+	return q
+}
+
+// myUpsert is the acquisition statement, its new row selected from the
+// name's fence bucket (token mark + 1) if the condition cond, with the
+// arguments of its placeholders, holds as well.
+func myUpsert(table, cond string) string {
 	now := mysqlNow
 	// The assignments run left to right, each seeing the columns assigned
 	// before it: the first evaluates the condition on the old row and
 	// leaves it in LAST_INSERT_ID() (1 or 0); holds and token are assigned
 	// before owner and expires_at, which the re-entry test reads; the
-	// last one packs the new token and holds. The inserted row's VALUES
-	// pack token 1, holds 1 (and in the duplicate case the first
-	// assignment overwrites that). Arguments: name, owner, ttl; owner,
+	// last one packs the new token and holds. The inserted row's SELECT
+	// packs token mark + 1, holds 1 (and in the duplicate case the first
+	// assignment overwrites that). Arguments: name, owner, ttl, name,
+	// then cond's; owner,
 	// name, seq (the condition); owner (holds); owner (token); owner,
 	// ttl, ttl (expires_at); owner.
 	q := `INSERT INTO ` + table + ` (name, owner, holds, token, expires_at)
-VALUES (?, ?, LAST_INSERT_ID(` + strconv.Itoa(1<<holdsBits|1) + `) - ` + strconv.Itoa(1<<holdsBits) + `, 1, ` + now + ` + ?)
+SELECT ?, ?, LAST_INSERT_ID((f.mark + 1) << ` + strconv.Itoa(holdsBits) + ` | 1) - ((f.mark + 1) << ` + strconv.Itoa(holdsBits) + `), f.mark + 1, ` + now + ` + ?
+FROM ` + sqllock.FenceTable(table) + ` f WHERE f.bucket = ` + myBucket("?") + cond + `
 ON DUPLICATE KEY UPDATE
-	holds = IF(LAST_INSERT_ID(IF((owner = ? AND expires_at > ` + now + `)
+	holds = IF(LAST_INSERT_ID(IF(` + sqllock.RowOK(sqllock.Dialect{MaxToken: myMaxToken}, "") + ` AND ((owner = ? AND expires_at > ` + now + `)
 		OR ((owner = '' OR expires_at <= ` + now + `)
-			AND NOT EXISTS (SELECT 1 FROM ` + sqllock.WaitersTable(table) + ` w WHERE w.name = ? AND w.seq < ? AND w.expires_at > ` + now + `)), 1, 0)) = 1,
+			AND NOT EXISTS (SELECT 1 FROM ` + sqllock.WaitersTable(table) + ` w WHERE w.name = ? AND w.seq < ? AND w.expires_at > ` + now + `))), 1, 0)) = 1,
 		CASE WHEN owner = ? AND expires_at > ` + now + ` THEN holds + 1 ELSE 1 END, holds),
 	token = IF(LAST_INSERT_ID() = 1, CASE WHEN owner = ? AND expires_at > ` + now + ` THEN token ELSE token + 1 END, token),
 	expires_at = IF(LAST_INSERT_ID() = 1,
 		CASE WHEN owner = ? AND expires_at > ` + now + ` THEN GREATEST(expires_at, ` + now + ` + ?) ELSE ` + now + ` + ? END, expires_at),
 	owner = IF(LAST_INSERT_ID() = 1 AND LAST_INSERT_ID(token << ` + strconv.Itoa(holdsBits) + ` | holds) > 0, ?, owner)`
-	mysqlUpserts.Store(table, q)
 	return q
 }
 
@@ -79,13 +129,18 @@ ON DUPLICATE KEY UPDATE
 func mysqlAttempt(ctx context.Context, q sqllock.Querier, table string, req dlock.Request, ttl, seq int64) (dlock.Grant, bool, error) {
 	o := req.Owner
 	res, err := q.ExecContext(ctx, mysqlUpsert(table),
-		req.Name, o, ttl,
+		req.Name, o, ttl, req.Name, req.Name, seq,
 		o, req.Name, seq,
 		o,
 		o,
 		o, ttl, ttl,
 		o)
 	if err != nil {
+		return dlock.Grant{}, false, err
+	}
+	// No row selected (a live fair waiter is queued for a name without
+	// a row): nothing was done, and LAST_INSERT_ID() was not set.
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return dlock.Grant{}, false, err
 	}
 	id, err := res.LastInsertId()

@@ -11,7 +11,17 @@
 // "mysql" is registered with [dlock.Register]; [ParseURL] says how a URL
 // becomes a driver DSN.
 //
-// # What the guarantee rests on
+// # Maximum TTL
+//
+// A TTL is sent as whole milliseconds (rounded up, without overflow) and
+// added to the server's clock. In lease-table mode the longest TTL is
+// [dlock.MaxTTL] (24 h), the Client's ceiling: the lease table has no
+// tighter limit of its own. In session mode it is twice the server's
+// wait_timeout (2 minutes with [DefaultSessionWaitTimeout]), at most 24 h:
+// the server closes a holder's connection, idle between renewals, after
+// wait_timeout. [Backend.MaxTTL] says which applies.
+//
+// # Guarantees
 //
 // One InnoDB row per lock name in the lease table (default
 // "dlock_locks"): owner, reentry count, fencing token and expires_at, in
@@ -23,14 +33,30 @@
 // (token and reentry count, or a refusal) comes back in the OK packet's
 // last-insert id. InnoDB's row lock serializes competing statements, and
 // expiry is judged by the database, never by a client's clock. A release
-// is one UPDATE checked by owner, token and expiry that clears the owner
-// and keeps the row, so a token never goes back, even across restarts (the
-// rows are durable InnoDB data). Renewal
-// is the same kind of UPDATE. So exclusion holds as long as the database
+// is checked by owner, token and expiry; the row of a freed name then
+// goes, its token kept by the fence table (see below), so a token never
+// goes back, even across restarts (the tables are durable InnoDB data).
+// Renewal is one UPDATE. So exclusion holds as long as the database
 // is one consistent server (a failover to a replica that lost commits can
 // hand out a token again) and the clients' leases end before the
 // database's (the Client's deadline is TTL × (1 − drift) after the send
 // time of the last renewal).
+//
+// A step of the database server's wall clock is not safe. Expiry is
+// judged by UTC_TIMESTAMP(3) inside each statement, so when the clock steps forward
+// by more than a lease's remaining TTL, every lease looks expired at once:
+// in lease mode the next acquirer takes the row over (token + 1) while the
+// first holder's Client still reports its lease valid until its next
+// renewal fails (within TTL/3, at the latest at [dlock.Lease.Deadline]),
+// so for that time two owners believe they hold the lock. In session mode
+// a second owner also needs the advisory lock, which the holder's
+// connection keeps whatever the clock says; the step makes the holder's
+// next renewal find its row expired, and its lease is reported lost. What
+// the fencing token still protects: the take-over's token is higher, so a
+// resource that checks tokens rejects the first holder's writes once it
+// has seen the new one. A backward step lengthens every lease by the step
+// (a crashed holder's lock frees that much later). Keep the server's clock
+// slewed, not stepped (NTP with stepping only at boot).
 //
 // Fair locks queue in the waiters table ("dlock_locks_waiters") by an
 // AUTO_INCREMENT sequence, with heartbeats, so that waiters of dead
@@ -44,6 +70,34 @@
 // passed, and meanwhile at an interval that backs off from 5 ms to 100 ms
 // (a fair waiter, whose turn nothing announces, at 1/20 of the time it has
 // waited so far, within the same bounds) — never a fixed long sleep.
+//
+// # State kept, and for how long
+//
+// While held: one lease row (and, in session mode, the advisory lock of
+// the holder's connection). While waited on: the row, plus one waiter row
+// per fair waiter (refreshed while it waits; a dead waiter's row expires
+// after the waiter timeout); plain waiters keep nothing in the database.
+// After release: nothing — in lease mode the release of a last hold is
+// one DELETE when no waiter row has its name (an inner release, or one
+// with fair waiters queued, is that DELETE and then an UPDATE); in session
+// mode the release stays one UPDATE with RELEASE_LOCK and the freed row
+// goes with the next sweep (a DELETE there would deadlock with the
+// acquisition of the waiter that RELEASE_LOCK wakes). A holder that died leaves its row until it expires; then
+// the next sweep deletes it (one acquisition or release in 64 of each
+// Backend sweeps up to 256 expired or free rows and 256 expired waiter
+// rows, and keeps sweeping while it finds full batches), so a killed
+// holder's 10,000 rows are gone after about 64 + 40 operations of any
+// Backend on the table. [Backend.Reclaim] sweeps at once. Creating the
+// triggers needs the TRIGGER privilege (and, with binary logging, SUPER
+// or log_bin_trust_function_creators). Tokens: the
+// fence table ("dlock_locks_fence", 64 rows) keeps the largest token of
+// the deleted rows of each bucket of names (by CRC32 of the name); an
+// AFTER DELETE trigger raises it in the deleting transaction, and a new
+// row's token is its bucket's mark + 1, read with a shared lock by the INSERT … SELECT; deletions lock their fence rows first in their transaction. So tokens of a
+// name strictly increase for the life of the tables, as long as every
+// process runs this version (an older one would start a reclaimed name at
+// token 1) and the triggers stay. [Migrate] adds the fence table to a
+// table of an earlier version, its marks at the largest token there.
 //
 // # Session mode
 //
@@ -112,4 +166,11 @@
 // An application whose database user may not create tables opens with
 // [NoMigrate] (?migrate=false): Open then only checks that the tables
 // exist and says how to create them if they do not.
+//
+// Rows that dlock did not write — a token or count out of range (tokens go
+// up to 2^43-1, the bits the packed grant leaves them), an owner without
+// holds or holds without an owner, waiter rows with no owner or a negative
+// expiry — are never taken over or re-entered: TryLock and Lock fail with
+// dlock.ErrForeignData naming the table and row, nothing is written, and
+// Inspect (`dlock status`) lists them with LockInfo.Bad.
 package mysql

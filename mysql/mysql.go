@@ -5,10 +5,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/go-sql-driver/mysql"
 )
@@ -27,6 +33,7 @@ var (
 	_ dlock.Inspector    = (*Backend)(nil)
 	_ dlock.Migrator     = (*Backend)(nil)
 	_ dlock.LossReporter = (*Backend)(nil)
+	_ dlock.TTLLimiter   = (*Backend)(nil)
 )
 
 // DefaultSessionWaitTimeout is the wait_timeout that Open sets in session
@@ -40,9 +47,40 @@ const DefaultSessionWaitTimeout = 60 * time.Second
 // gives no context (Open, New).
 const setupTimeout = 30 * time.Second
 
-// DefaultConnectTimeout is the dial timeout Open uses when the DSN sets
-// none (timeout=).
-const DefaultConnectTimeout = 10 * time.Second
+// DefaultConnectTimeout is the connect timeout Open uses when the DSN sets
+// none (timeout=): [dlock.DefaultConnectTimeout].
+const DefaultConnectTimeout = dlock.DefaultConnectTimeout
+
+// myServer names MySQL in the errors of Open.
+var myServer = connect.Server{
+	Backend: "mysql",
+	Kind:    "MySQL",
+	Auth: func(err error) bool {
+		var me *mysql.MySQLError
+		return errors.As(err, &me) && me.Number == myAccessDenied
+	},
+	Answer: func(err error) bool {
+		var me *mysql.MySQLError
+		return errors.As(err, &me)
+	},
+}
+
+// logger sends the driver's log lines to slog.Default() at debug level
+// (the driver's default prints them on stderr).
+type logger struct{}
+
+func (logger) Print(v ...any) {
+	if l := slog.Default(); l.Enabled(context.Background(), slog.LevelDebug) {
+		l.Debug("mysql: " + strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
+	}
+}
+
+// isDefaultLogger reports whether l is the driver's own logger, which
+// writes to stderr (not one the program set with mysql.SetLogger).
+func isDefaultLogger(l mysql.Logger) bool {
+	ll, ok := l.(*log.Logger)
+	return ok && ll.Prefix() == "[mysql] " && ll.Writer() == os.Stderr
+}
 
 // Open connects to the database of dsn, a go-sql-driver/mysql DSN
 // ("user:password@tcp(host:3306)/db?param=value"; the database must be
@@ -72,8 +110,23 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 	}
 	mc.ClientFoundRows = true
 	mc.InterpolateParams = true
-	if mc.Timeout == 0 {
+	switch {
+	case cfg.connect != nil:
+		mc.Timeout = *cfg.connect
+	case mc.Timeout == 0:
 		mc.Timeout = DefaultConnectTimeout
+	}
+	if mc.Logger == nil || isDefaultLogger(mc.Logger) {
+		mc.Logger = logger{}
+	}
+	probe := new(connect.Probe)
+	switch {
+	case mc.DialFunc != nil:
+		mc.DialFunc = probe.Dial(mc.DialFunc)
+	case mc.Net == "tcp" || mc.Net == "tcp4" || mc.Net == "tcp6" || mc.Net == "unix":
+		// The driver's own dialer for these (others may be registered
+		// with RegisterDialContext and are left alone).
+		mc.DialFunc = probe.Dial((&net.Dialer{}).DialContext)
 	}
 	if cfg.session {
 		if mc.Params == nil {
@@ -98,10 +151,15 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 		idle = min(idle, time.Duration(w)*time.Second/4)
 	}
 	db.SetConnMaxIdleTime(idle)
-	if err := db.PingContext(ctx); err != nil {
+	pctx, cancel := connect.Bound(ctx, mc.Timeout)
+	if err := db.PingContext(pctx); err != nil {
+		err := myServer.Explain(pctx, mc.Addr+"/"+mc.DBName, probe, err)
 		db.Close()
-		return nil, openError(desc, err)
+		cancel()
+		return nil, err
 	}
+	cancel()
+	probe.Done()
 	b, err := newBackend(ctx, db, desc, cfg, db.Close)
 	if err != nil {
 		db.Close()
@@ -204,8 +262,9 @@ func describe(ctx context.Context, db *sql.DB) (string, error) {
 	return fmt.Sprintf("mysql %s:%d/%s", host, port, dbname.String), nil
 }
 
-// Migrate creates the lease table and the waiters table in db if they do
-// not exist (the Table option names them), as Open and New do on first
+// Migrate creates the lease table, the waiters table, the fence table
+// and its trigger in db if they do not exist, and adds missing fence
+// rows (the Table option names them), as Open and New do on first
 // use. It is safe to run from several processes at once (CREATE TABLE IF
 // NOT EXISTS takes the table's metadata lock). `dlock migrate` uses it to
 // create them ahead of time.
@@ -264,8 +323,17 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	return b.e.Release(ctx, h)
 }
 
+// Reclaim deletes now the state of every free name: lease rows that are
+// free, or expired with their holder gone, and have no waiter rows, and
+// expired waiter rows. The backend does the same within its normal
+// operations (see the package doc); Reclaim is for a sweep on demand. It
+// returns the number of lease rows deleted. Tokens stay strictly
+// increasing: a deleted row's token is kept in the fence table.
+func (b *Backend) Reclaim(ctx context.Context) (int, error) { return b.e.Reclaim(ctx) }
+
 // Inspect lists the held locks whose names start with prefix; see
-// [dlock.Inspector]. Waiters counts the fair waiters.
+// [dlock.Inspector]. Waiters is -1 (unknown): non-fair waiters are not
+// registered in the store; Queued counts the fair waiters.
 func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	return b.e.Inspect(ctx, prefix)
 }
@@ -292,6 +360,17 @@ func (b *Backend) ReportLoss(handler func(dlock.Hold, error)) {
 
 // Session reports whether the Backend is in session mode (see [Session]).
 func (b *Backend) Session() bool { return b.s != nil }
+
+// MaxTTL implements [dlock.TTLLimiter]: in session mode twice the
+// server's wait_timeout (a holder's connection is idle between renewals
+// every TTL/3, and the server closes it after wait_timeout), at most
+// [dlock.MaxTTL]; in lease-table mode 0, so [dlock.MaxTTL] applies.
+func (b *Backend) MaxTTL() time.Duration {
+	if b.s != nil && b.s.MaxTTL > 0 {
+		return min(b.s.MaxTTL, dlock.MaxTTL)
+	}
+	return 0
+}
 
 // openErr is an error of Open or New: it names the server, and matches
 // dlock.ErrBackendUnavailable when the database cannot be reached or used.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/sqllock/sqllocktest"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	"github.com/dlock-dev/dlock/mysql"
 	"go.uber.org/goleak"
@@ -37,7 +38,29 @@ func openFactory(dsn string, opts ...mysql.Option) dlocktest.Factory {
 
 func TestConformance(t *testing.T) {
 	srv := testserver.MariaDB(t)
-	dlocktest.Run(t, openFactory(srv.DSN()))
+	dlocktest.Run(t, openFactory(srv.DSN()), foreign(t, srv.DSN(), "dlock_locks"),
+		reclaim(t, srv.DSN(), "dlock_locks"))
+}
+
+// reclaim is the suite's hook to force a sweep of the lease table table
+// (through a Backend of its own) and count its rows.
+func reclaim(t *testing.T, dsn, table string) dlocktest.Option {
+	b, err := mysql.Open(dsn, mysql.Table(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	db := openDB(t, dsn)
+	t.Cleanup(func() { db.Close() })
+	return sqllocktest.Reclaim(db, table, b.Reclaim)
+}
+
+// foreign is the suite's hook to plant foreign data in the lease table
+// table, through a *sql.DB of its own.
+func foreign(t *testing.T, dsn, table string) dlocktest.Option {
+	db := openDB(t, dsn)
+	t.Cleanup(func() { db.Close() })
+	return sqllocktest.Foreign(db, "mysql", table)
 }
 
 // TestConformanceDB runs the suite on Backends over one *sql.DB of the

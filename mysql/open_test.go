@@ -128,10 +128,16 @@ func TestURL(t *testing.T) {
 	if err != nil || len(info) != 1 || info[0].Token != l.Token() {
 		t.Errorf("Inspect: %+v, %v", info, err)
 	}
-	l.Unlock(ctx)
-	rows, err := srv.Query(ctx, "test", `SELECT COUNT(*) FROM url_locks`)
+	// The held lock's row is in the table the URL named.
+	rows, err := srv.Query(ctx, "test", `SELECT COUNT(*) FROM url_locks WHERE owner <> ''`)
 	if err != nil || rows[0][0] != "1" {
-		t.Fatalf("url_locks: %v %v", rows, err)
+		t.Fatalf("url_locks while held: %v %v", rows, err)
+	}
+	l.Unlock(ctx)
+	// Released, the name keeps no row.
+	rows, err = srv.Query(ctx, "test", `SELECT COUNT(*) FROM url_locks`)
+	if err != nil || rows[0][0] != "0" {
+		t.Fatalf("url_locks after release: %v %v", rows, err)
 	}
 }
 
@@ -150,7 +156,7 @@ func TestMigrateConcurrent(t *testing.T) {
 		}
 	}
 	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'mig_locks%'`).Scan(&n); err != nil || n != 2 {
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'mig_locks%'`).Scan(&n); err != nil || n != 3 {
 		t.Errorf("tables: %d, %v", n, err)
 	}
 }

@@ -57,7 +57,10 @@ var mySession = sqllock.SessionDialect{
 			return false, false, err
 		}
 		if n > 0 {
-			return true, true, nil // RELEASE_LOCK ran in the UPDATE
+			// RELEASE_LOCK ran in the UPDATE. The row it freed is left
+			// to the sweep: a DELETE here would deadlock with the
+			// acquisition of the waiter that RELEASE_LOCK woke.
+			return true, true, nil
 		}
 		_, err = c.ExecContext(ctx, `DO RELEASE_LOCK(?)`, key)
 		return false, err == nil, err
@@ -94,7 +97,7 @@ func myStmts(table string) *mySessionStatements {
 	holds = l.holds + 1,
 	expires_at = GREATEST(l.expires_at, {NOW} + ?),
 	token = l.token + 0 * LAST_INSERT_ID(l.token << ` + strconv.Itoa(holdsBits) + ` | l.holds)
-WHERE l.name = ? AND l.owner = ? AND l.holds > 0 AND l.expires_at > {NOW}`),
+WHERE l.name = ? AND l.owner = ? AND l.holds > 0 AND l.expires_at > {NOW} AND {OK}`),
 		// Args: ttl, name, owner, token, key.
 		renew: bind(`UPDATE {L} AS l SET expires_at = {NOW} + ?
 WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}
@@ -113,19 +116,17 @@ WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_a
 }
 
 // mySessionUpsert is the dialect's one-statement acquisition (see
-// mysqlUpsert) made conditional on GET_LOCK(key, 0): its INSERT … VALUES
-// becomes INSERT … SELECT … FROM DUAL WHERE GET_LOCK(?, 0) = 1, so that
-// without the lock the statement touches nothing (0 rows affected) and
-// with it the row is granted or refused as in lease-table mode.
-// Arguments: name, owner, ttl, key, then mysqlUpsert's after its VALUES.
+// mysqlUpsert) made conditional on GET_LOCK(key, 0) instead of the fair
+// queue: without the lock the statement touches nothing (0 rows affected)
+// and with it the row is granted or refused as in lease-table mode.
+// Arguments: name, owner, ttl, name, key, then mysqlUpsert's after its
+// SELECT.
 func mySessionUpsert(table string) string {
 	if q, ok := mySessionUpserts.Load(table); ok {
 		return q.(string)
 	}
-	q := mysqlUpsert(table)
-	i := strings.Index(q, "\nVALUES (")
-	j := strings.Index(q, ")\nON DUPLICATE KEY UPDATE")
-	q = q[:i] + "\nSELECT " + q[i+len("\nVALUES ("):j] + " FROM DUAL WHERE GET_LOCK(?, 0) = 1" + q[j+1:]
+	// Session mode queues in the server, not in the waiters table.
+	q := myUpsert(table, " AND GET_LOCK(?, 0) = 1")
 	mySessionUpserts.Store(table, q)
 	return q
 }
@@ -137,7 +138,7 @@ var mySessionUpserts sync.Map // table → string
 func myFirst(ctx context.Context, c *sql.Conn, _ *sqllock.ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
 	o := req.Owner
 	res, err := c.ExecContext(ctx, mySessionUpsert(table),
-		req.Name, o, ttl, key,
+		req.Name, o, ttl, req.Name, key,
 		o, req.Name, sqllock.NoSeq,
 		o,
 		o,

@@ -34,7 +34,9 @@ func sessionFactory(dsn string, opts ...mysql.Option) dlocktest.Factory {
 
 func TestSessionConformance(t *testing.T) {
 	srv := testserver.MariaDB(t, testserver.WithArgs("--max-connections=300"))
-	dlocktest.Run(t, sessionFactory(srv.DSN(), mysql.Table("sess_locks")), dlocktest.Names(sessionNames))
+	dlocktest.Run(t, sessionFactory(srv.DSN(), mysql.Table("sess_locks")), dlocktest.Names(sessionNames),
+		foreign(t, srv.DSN(), "sess_locks"),
+		reclaim(t, srv.DSN(), "sess_locks"))
 }
 
 func sessionClient(t *testing.T, dsn string) *dlock.Client {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -34,6 +35,8 @@ func init() {
 //	mode=lease|session    lease-table mode (the default) or session mode (Session)
 //	migrate=true|false    create the tables if missing (the default), or only check them (NoMigrate)
 //	socket=PATH           connect over the Unix socket PATH instead of TCP
+//	connect_timeout=DUR   a Go duration or whole seconds (ConnectTimeout); the
+//	                      driver's timeout=DUR means the same, give one of them
 //
 // All others are go-sql-driver/mysql DSN parameters (tls, charset, a
 // system variable such as innodb_lock_wait_timeout, …).
@@ -69,6 +72,16 @@ func ParseURL(u *url.URL) (cfg *mysql.Config, opts []Option, err error) {
 	if vs, ok := q["mode"]; ok {
 		opts = append(opts, mode(vs[len(vs)-1]))
 		q.Del("mode")
+	}
+	if _, ok := q[connect.Param]; ok {
+		if _, both := q["timeout"]; both {
+			return nil, nil, invalid("URL %q: connect_timeout and timeout are the same setting; give one", u.Redacted())
+		}
+		d, err := connect.Take(q, 0)
+		if err != nil {
+			return nil, nil, invalid("URL %q: %v", u.Redacted(), err)
+		}
+		opts = append(opts, ConnectTimeout(d))
 	}
 	network, addr := "tcp", u.Host
 	if vs, ok := q["socket"]; ok {

@@ -29,9 +29,69 @@ var pgDialect = sqllock.Dialect{
 	Now:       "(floor(extract(epoch from now()) * 1000)::bigint)",
 	Max:       "GREATEST",
 	Returning: true,
-	Begin:     "BEGIN",
-	Schema:    postgresSchema,
-	Classify:  classifyPostgres,
+	// A statement whose server stopped answering is given up on.
+	Interruptible: true,
+	Begin:         "BEGIN",
+	Schema:        postgresSchema,
+	Classify:      classifyPostgres,
+	Buckets:       pgBuckets,
+	Bucket:        pgBucket,
+	// The mark is read locked, so that an acquisition that waited for a
+	// deletion of its name's row sees the mark that the deletion raised.
+	MarkLock:   "FOR SHARE OF f",
+	FenceFirst: true,
+	Reclaim:    postgresReclaim,
+}
+
+// pgBuckets is the number of fence rows: acquisitions of names in
+// different buckets never wait for one another there.
+const pgBuckets = 64
+
+// pgBucket is the fence bucket of a name: the first byte of its SHA-256.
+func pgBucket(name string) string {
+	return "(get_byte(sha256(convert_to(" + name + ", 'UTF8')), 0) % " + strconv.Itoa(pgBuckets) + ")"
+}
+
+// postgresReclaim creates the fence table and its triggers: a deleted
+// row of dlock's raises its bucket's mark to its token, and a row freed
+// by an UPDATE with no waiter rows for its name is deleted (at the end of
+// that statement, in its transaction).
+func postgresReclaim(locks, waiters, fence string) []string {
+	fn := locks + "_fence"
+	rc := locks + "_reclaim"
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + fence + ` (
+	bucket INTEGER NOT NULL PRIMARY KEY,
+	mark   BIGINT  NOT NULL
+)`,
+		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	IF ` + sqllock.RowOK(sqllock.Dialect{}, "OLD") + ` THEN
+		UPDATE ` + fence + ` SET mark = GREATEST(mark, OLD.token) WHERE bucket = ` + pgBucket("OLD.name") + `;
+	END IF;
+	RETURN NULL;
+END
+$f$`,
+		`CREATE OR REPLACE FUNCTION ` + rc + `() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM ` + waiters + ` w WHERE w.name = NEW.name) THEN
+		DELETE FROM ` + locks + ` WHERE name = NEW.name AND owner = '' AND holds = 0;
+	END IF;
+	RETURN NULL;
+END
+$f$`,
+		`DO $d$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = '` + strings.ToLower(fn) + `') THEN
+		CREATE TRIGGER ` + fn + ` AFTER DELETE ON ` + locks + ` FOR EACH ROW EXECUTE FUNCTION ` + fn + `();
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = '` + strings.ToLower(rc) + `') THEN
+		CREATE TRIGGER ` + rc + ` AFTER UPDATE ON ` + locks + ` FOR EACH ROW
+			WHEN (OLD.owner <> '' AND NEW.owner = '' AND NEW.holds = 0) EXECUTE FUNCTION ` + rc + `();
+	END IF;
+END
+$d$`,
+	}
 }
 
 // channel returns the NOTIFY channel of lease table table: its

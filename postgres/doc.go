@@ -11,28 +11,74 @@
 // ([New]) or a *pgxpool.Pool ([NewPool]). The URL schemes "postgres" and
 // "postgresql" are registered with [dlock.Register]; see [ParseURL].
 //
-// # What the guarantee rests on
+// # Maximum TTL
+//
+// A TTL is sent as whole milliseconds (rounded up, without overflow) and
+// added to the server's now(). The longest TTL is [dlock.MaxTTL] (24 h),
+// the Client's ceiling: the lease table has no tighter limit of its own.
+//
+// # Guarantees
 //
 // One row per lock name in the lease table (default "dlock_locks"):
 // owner, reentry count, fencing token and expires_at, in milliseconds by
 // the database's clock. An acquisition is one statement, INSERT … ON
 // CONFLICT (name) DO UPDATE … WHERE … RETURNING, which inserts a new row
-// (token 1), takes over a free or expired row (token + 1) or re-enters
+// (its fence bucket's mark + 1), takes over a free or expired row (token + 1) or re-enters
 // the owner's row; PostgreSQL's row lock on the conflicting row
 // serializes competing statements, and every statement judges expiry by
 // the database's now(), never by a client's clock. A release is one
-// UPDATE checked by owner, token and expiry, which clears the owner and
-// keeps the row, so a token never goes back, even across restarts (the
-// rows are ordinary durable data). Renewal is the same kind of UPDATE.
+// UPDATE checked by owner, token and expiry, which clears the owner;
+// the row then goes, its token kept by the fence table (see below), so a
+// token never goes back, even across restarts (the tables are ordinary
+// durable data). Renewal is the same kind of UPDATE.
 // So exclusion holds as long as the database is one consistent server
 // (a primary; a failover to an asynchronous standby that lost commits can
 // hand out a token again) and the clients' leases end before the
 // database's (the Client's deadline is TTL × (1 − drift) after the send
 // time of the last renewal).
 //
+// A step of the database server's wall clock is not safe. Expiry is
+// judged by now() inside each statement, so when the clock steps forward
+// by more than a lease's remaining TTL, every lease looks expired at once:
+// in lease mode the next acquirer takes the row over (token + 1) while the
+// first holder's Client still reports its lease valid until its next
+// renewal fails (within TTL/3, at the latest at [dlock.Lease.Deadline]),
+// so for that time two owners believe they hold the lock. In session mode
+// a second owner also needs the advisory lock, which the holder's
+// connection keeps whatever the clock says; the step makes the holder's
+// next renewal find its row expired, and its lease is reported lost. What
+// the fencing token still protects: the take-over's token is higher, so a
+// resource that checks tokens rejects the first holder's writes once it
+// has seen the new one. A backward step lengthens every lease by the step
+// (a crashed holder's lock frees that much later). Keep the server's clock
+// slewed, not stepped (NTP with stepping only at boot).
+//
 // Fair locks queue in the waiters table ("dlock_locks_waiters") by an
 // identity sequence, with heartbeats, so that waiters of dead processes
 // drop out after the waiter timeout.
+//
+// # State kept, and for how long
+//
+// While held: one lease row (and, in session mode, the advisory lock of
+// the holder's connection). While waited on: the row, plus one waiter row
+// per fair waiter (refreshed while it waits; a dead waiter's row expires
+// after the waiter timeout); plain waiters keep nothing in the database.
+// After release: nothing — the releasing statement deletes the row when no
+// waiter row has its name (a trigger, so the release stays one
+// statement). A holder that died leaves its row until it expires; then
+// the next sweep deletes it (one acquisition or release in 64 of each
+// Backend sweeps up to 256 expired or free rows and 256 expired waiter
+// rows, and keeps sweeping while it finds full batches), so a killed
+// holder's 10,000 rows are gone after about 64 + 40 operations of any
+// Backend on the table. [Backend.Reclaim] sweeps at once. Tokens: the
+// fence table ("dlock_locks_fence", 64 rows) keeps the largest token of
+// the deleted rows of each bucket of names (by SHA-256 of the name); an
+// AFTER DELETE trigger raises it in the deleting transaction, and a new
+// row's token is its bucket's mark + 1, read FOR SHARE. So tokens of a
+// name strictly increase for the life of the tables, as long as every
+// process runs this version (an older one would start a reclaimed name at
+// token 1) and the triggers stay. [Migrate] adds the fence table to a
+// table of an earlier version, its marks at the largest token there.
 //
 // # Waking
 //
@@ -121,4 +167,11 @@
 // An application whose database user may not create tables opens with
 // [NoMigrate] (?migrate=false): Open then only checks that the tables
 // exist and says how to create them if they do not.
+//
+// Rows that dlock did not write — a token or count out of range (a token
+// at 2^63-1 has no successor), an owner without holds or holds without an
+// owner, waiter rows with no owner or a negative expiry — are never taken
+// over or re-entered: TryLock and Lock fail with dlock.ErrForeignData
+// naming the table and row, nothing is written, and Inspect
+// (`dlock status`) lists them with LockInfo.Bad.
 package postgres

@@ -33,7 +33,23 @@ type config struct {
 	waiterTimeout time.Duration
 	session       bool
 	noMigrate     bool
+	connect       *time.Duration // nil: the DSN's connect_timeout, else DefaultConnectTimeout
 	errs          []string
+}
+
+// ConnectTimeout bounds how long Open waits to connect and log in, and
+// every later connection's set-up (pgx's ConnectTimeout; default the DSN's
+// connect_timeout, else [DefaultConnectTimeout]; 0: no limit but the
+// context's). The URL parameter connect_timeout sets it, in whole seconds
+// as libpq takes it or as a Go duration.
+func ConnectTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
+			return
+		}
+		c.connect = &d
+	})
 }
 
 // Table sets the lease table's name (default [DefaultTable]): 1 to 48

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,8 +40,22 @@ var (
 const setupTimeout = 30 * time.Second
 
 // DefaultConnectTimeout is the connect timeout Open uses when the DSN
-// sets none (connect_timeout).
-const DefaultConnectTimeout = 10 * time.Second
+// sets none (connect_timeout): [dlock.DefaultConnectTimeout].
+const DefaultConnectTimeout = dlock.DefaultConnectTimeout
+
+// pgServer names PostgreSQL in the errors of Open.
+var pgServer = connect.Server{
+	Backend: "postgres",
+	Kind:    "PostgreSQL",
+	Auth: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000")
+	},
+	Answer: func(err error) bool {
+		var pe *pgconn.PgError
+		return errors.As(err, &pe)
+	},
+}
 
 // Open connects to the PostgreSQL database of dsn (a pgx connection
 // string: a URL "postgres://user:pass@host:5432/db?sslmode=disable" or
@@ -66,17 +81,28 @@ func open(ctx context.Context, dsn string, opts []Option) (*Backend, error) {
 		// replaced.
 		return nil, invalid("%v", err)
 	}
-	if pc.ConnectTimeout == 0 {
+	switch {
+	case cfg.connect != nil:
+		pc.ConnectTimeout = *cfg.connect
+	case pc.ConnectTimeout == 0:
 		pc.ConnectTimeout = DefaultConnectTimeout
 	}
 	desc := "postgres " + address(pc)
+	probe := new(connect.Probe)
+	pc.DialFunc = pgconn.DialFunc(probe.Dial(connect.DialFunc(pc.DialFunc)))
 	db := stdlib.OpenDB(*pc, stdlib.OptionShouldPing(shouldPing))
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(time.Minute)
-	if err := db.PingContext(ctx); err != nil {
+	pctx, cancel := connect.Bound(ctx, pc.ConnectTimeout)
+	err = db.PingContext(pctx)
+	if err != nil {
+		err := pgServer.Explain(pctx, address(pc), probe, err)
 		db.Close()
-		return nil, openError(desc, err)
+		cancel()
+		return nil, err
 	}
+	cancel()
+	probe.Done()
 	listen := func(ctx context.Context) (*pgx.Conn, func(), error) {
 		c, err := pgx.ConnectConfig(ctx, pc.Copy())
 		if err != nil {
@@ -253,8 +279,9 @@ func address(c *pgx.ConnConfig) string {
 	return net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))) + "/" + c.Database
 }
 
-// Migrate creates the lease table, the waiters table and the NOTIFY
-// trigger in db if they do not exist (the Table option names them), as
+// Migrate creates the lease table, the waiters table, the fence table
+// and the triggers (NOTIFY, reclamation) in db if they do not exist, and
+// adds missing fence rows (the Table option names them), as
 // Open, New and NewPool do on first use. It is safe to run from several
 // processes at once: the creation runs in one transaction under an
 // advisory lock. `dlock migrate` uses it to create them ahead of time.
@@ -313,8 +340,17 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	return b.e.Release(ctx, h)
 }
 
+// Reclaim deletes now the state of every free name: lease rows that are
+// free, or expired with their holder gone, and have no waiter rows, and
+// expired waiter rows. The backend does the same within its normal
+// operations (see the package doc); Reclaim is for a sweep on demand. It
+// returns the number of lease rows deleted. Tokens stay strictly
+// increasing: a deleted row's token is kept in the fence table.
+func (b *Backend) Reclaim(ctx context.Context) (int, error) { return b.e.Reclaim(ctx) }
+
 // Inspect lists the held locks whose names start with prefix; see
-// [dlock.Inspector]. Waiters counts the fair waiters.
+// [dlock.Inspector]. Waiters is -1 (unknown): non-fair waiters are not
+// registered in the store; Queued counts the fair waiters.
 func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	return b.e.Inspect(ctx, prefix)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/sqllock/sqllocktest"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	"github.com/dlock-dev/dlock/postgres"
 	"github.com/jackc/pgx/v5"
@@ -47,7 +48,35 @@ func openFactory(dsn string, opts ...postgres.Option) dlocktest.Factory {
 
 func TestConformance(t *testing.T) {
 	srv := testserver.Postgres(t)
-	dlocktest.Run(t, openFactory(srv.TestDSN()))
+	dlocktest.Run(t, openFactory(srv.TestDSN()), foreign(t, srv.TestDSN(), "dlock_locks"),
+		reclaim(t, srv.TestDSN(), "dlock_locks"))
+}
+
+// reclaim is the suite's hook to force a sweep of the lease table table
+// (through a Backend of its own) and count its rows.
+func reclaim(t *testing.T, dsn, table string) dlocktest.Option {
+	b, err := postgres.Open(dsn, postgres.Table(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return sqllocktest.Reclaim(db, table, b.Reclaim)
+}
+
+// foreign is the suite's hook to plant foreign data in the lease table
+// table, through a *sql.DB of its own.
+func foreign(t *testing.T, dsn, table string) dlocktest.Option {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return sqllocktest.Foreign(db, "postgres", table)
 }
 
 // TestConformancePool runs the suite on Backends over one pgxpool.Pool
@@ -279,12 +308,18 @@ func TestURL(t *testing.T) {
 		if err != nil || len(info) != 1 || info[0].Token != l.Token() {
 			t.Errorf("Inspect: %+v, %v", info, err)
 		}
+		// The held lock's row is in the table the URL named.
+		rows, err := srv.Query(ctx, "test", `SELECT count(*) FROM url_locks WHERE owner <> ''`)
+		if err != nil || rows[0][0] != "1" {
+			t.Fatalf("url_locks while held: %v %v", rows, err)
+		}
 		l.Unlock(ctx)
 		c.Close()
 	}
+	// Released, the name keeps no row.
 	rows, err := srv.Query(ctx, "test", `SELECT count(*) FROM url_locks`)
-	if err != nil || rows[0][0] != "1" {
-		t.Fatalf("url_locks: %v %v", rows, err)
+	if err != nil || rows[0][0] != "0" {
+		t.Fatalf("url_locks after release: %v %v", rows, err)
 	}
 }
 
@@ -311,7 +346,7 @@ func TestMigrateConcurrent(t *testing.T) {
 		}
 	}
 	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM pg_trigger WHERE tgname IN ('mig_locks_freed', 'mig_locks_waiters_left')`).Scan(&n); err != nil || n != 2 {
+	if err := db.QueryRow(`SELECT count(*) FROM pg_trigger WHERE tgname IN ('mig_locks_freed', 'mig_locks_waiters_left', 'mig_locks_fence', 'mig_locks_reclaim')`).Scan(&n); err != nil || n != 4 {
 		t.Errorf("triggers: %d, %v", n, err)
 	}
 }

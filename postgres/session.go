@@ -102,19 +102,23 @@ func pgStmts(table string) *pgSessionStatements {
 		// a: the advisory lock, tried once (MATERIALIZED: evaluated once).
 		// g: with it, the conditional grant on the row (see the engine's
 		// upsert). r: without it, a re-entry of the owner's row.
-		// Args: key, idle; name, owner, ttl, set's, cond's; ttl, name, owner.
+		// Args: key, idle; name, owner, ttl, name, name, seq, set's,
+		// cond's; ttl, name, owner.
 		first: bind(`WITH t AS MATERIALIZED (SELECT pg_try_advisory_lock(?) AS ok),
 a AS MATERIALIZED (SELECT t.ok, ` + pgIdleIf("t.ok") + ` AS idle FROM t),
 g AS (
 	INSERT INTO {L} AS l (name, owner, holds, token, expires_at)
-	SELECT ?, ?, 1, 1, {NOW} + ? FROM a WHERE a.ok
+	SELECT ?, ?, 1, f.mark + 1, {NOW} + ? FROM a, {F} f
+	WHERE a.ok AND f.bucket = ` + pgBucket("?") + `
+		AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = ? AND w.seq < ? AND w.expires_at > {NOW})
+	FOR SHARE OF f
 	ON CONFLICT (name) DO UPDATE SET
 	` + sqllock.SetSQL + `
 	WHERE ` + sqllock.CondSQL + `
 	RETURNING l.token, l.holds),
 r AS (
 	UPDATE {L} AS l SET holds = l.holds + 1, expires_at = {MAX}(l.expires_at, {NOW} + ?)
-	FROM a WHERE NOT a.ok AND l.name = ? AND l.owner = ? AND l.holds > 0 AND l.expires_at > {NOW}
+	FROM a WHERE NOT a.ok AND l.name = ? AND l.owner = ? AND l.holds > 0 AND l.expires_at > {NOW} AND {OK}
 	RETURNING l.token, l.holds)
 SELECT a.ok, COALESCE(g.token, r.token), COALESCE(g.holds, r.holds)
 FROM a LEFT JOIN g ON true LEFT JOIN r ON true`),
@@ -131,7 +135,7 @@ WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_a
 	UPDATE {L} AS l SET
 		owner = CASE WHEN l.holds <= 1 THEN '' ELSE l.owner END,
 		holds = l.holds - 1
-	WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}
+	WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}` + sqllock.FenceFirstSQL(pgDialect) + `
 	RETURNING l.holds)
 SELECT u.holds, pg_advisory_unlock(?) AND set_config('idle_session_timeout', '0', false) IS NOT NULL
 FROM (VALUES (1)) v LEFT JOIN u ON true`),
@@ -143,7 +147,7 @@ FROM (VALUES (1)) v LEFT JOIN u ON true`),
 func pgIdleArg(ttl int64) string { return strconv.FormatInt(ttl+1000, 10) }
 
 func pgFirst(ctx context.Context, c *sql.Conn, _ *sqllock.ConnInfo, table string, key any, req dlock.Request, ttl int64) (bool, dlock.Grant, bool, error) {
-	args := []any{key, pgIdleArg(ttl), req.Name, req.Owner, ttl}
+	args := append([]any{key, pgIdleArg(ttl)}, sqllock.NewRowArgs(req.Name, req.Owner, ttl, sqllock.NoSeq)...)
 	args = append(args, sqllock.SetArgs(req.Owner, ttl)...)
 	args = append(args, sqllock.CondArgs(req.Owner, req.Name, sqllock.NoSeq)...)
 	args = append(args, ttl, req.Name, req.Owner)

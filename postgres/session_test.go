@@ -23,7 +23,9 @@ const sessionNames = 50
 
 func TestSessionConformance(t *testing.T) {
 	srv := testserver.Postgres(t, testserver.WithArgs("-c", "max_connections=300"))
-	dlocktest.Run(t, sessionFactory(srv.TestDSN(), postgres.Table("sess_locks")), dlocktest.Names(sessionNames))
+	dlocktest.Run(t, sessionFactory(srv.TestDSN(), postgres.Table("sess_locks")), dlocktest.Names(sessionNames),
+		foreign(t, srv.TestDSN(), "sess_locks"),
+		reclaim(t, srv.TestDSN(), "sess_locks"))
 }
 
 func sessionFactory(dsn string, opts ...postgres.Option) dlocktest.Factory {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 )
 
 func init() {
@@ -31,6 +32,7 @@ func init() {
 //	waiter_timeout=DUR    a Go duration (WaiterTimeout)
 //	mode=lease|session    lease-table mode (the default) or session mode (Session)
 //	migrate=true|false    create the tables if missing (the default), or only check them (NoMigrate)
+//	connect_timeout=DUR   whole seconds (libpq's form) or a Go duration (ConnectTimeout)
 //
 // Example: postgres://app:secret@db.example:5432/app?sslmode=require&table=locks
 func ParseURL(u *url.URL) (dsn string, opts []Option, err error) {
@@ -56,6 +58,13 @@ func ParseURL(u *url.URL) (dsn string, opts []Option, err error) {
 	if vs, ok := q["migrate"]; ok {
 		opts = append(opts, migrateParam(vs[len(vs)-1]))
 		q.Del("migrate")
+	}
+	if _, ok := q[connect.Param]; ok {
+		d, err := connect.Take(q, 0)
+		if err != nil {
+			return "", nil, invalid("URL %q: %v", u.Redacted(), err)
+		}
+		opts = append(opts, ConnectTimeout(d))
 	}
 	if vs, ok := q["mode"]; ok {
 		opts = append(opts, mode(vs[len(vs)-1]))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/dur"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -95,6 +97,12 @@ func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	b.mux = newMux(b)
 	b.batch = newBatcher(b)
 	b.keys.prefix = cfg.prefix
+	switch {
+	case b.cluster != nil:
+		b.keys.fence = fenceSlot
+	case b.ring != nil:
+		b.keys.fence = fenceName
+	}
 	b.wtArg = millis(cfg.waiterTimeout)
 	return b, nil
 }
@@ -587,7 +595,8 @@ func (b *Backend) fail(k *keys, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "DLOCKFOREIGN"):
-		return fmt.Errorf("%w: key %q holds data that dlock did not write; nothing was changed", ErrForeignData, k.lock)
+		_, why, _ := strings.Cut(msg, "DLOCKFOREIGN ")
+		return fmt.Errorf("%w: key %q holds data that dlock did not write (%s); nothing was changed", ErrForeignData, k.lock, why)
 	case strings.Contains(msg, "WRONGTYPE"):
 		return b.foreign(k, err)
 	}
@@ -599,7 +608,7 @@ func (b *Backend) fail(k *keys, err error) error {
 func (b *Backend) foreign(k *keys, cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	want := []struct{ key, typ string }{{k.lock, "hash"}, {k.queue, "list"}, {k.timeouts, "zset"}}
+	want := []struct{ key, typ string }{{k.lock, "hash"}, {k.queue, "list"}, {k.timeouts, "zset"}, {k.fence, "string"}}
 	p := b.rdb.Pipeline()
 	cmds := make([]*goredis.StatusCmd, len(want))
 	for i, w := range want {
@@ -616,8 +625,9 @@ func (b *Backend) foreign(k *keys, cause error) error {
 
 // Inspect lists the locks held whose names start with prefix, with a SCAN
 // over the backend's key pattern (on every master of a Cluster, every shard
-// of a Ring). Waiters counts the fair waiters in the lock's queue; waiters
-// of non-fair requests are known only to their processes and not counted.
+// of a Ring). Waiters is -1 (unknown): the lock's queue has the fair
+// waiters only (Queued counts them), and non-fair ones are known only to their processes, so a
+// count would leave them out.
 func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, err
@@ -656,7 +666,9 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 	var keys []string
 	var cursor uint64
 	for {
-		ks, next, err := c.ScanType(ctx, cursor, pattern, 1000, "hash").Result()
+		// Every type: a key of another type at a lock's key is listed
+		// as foreign data.
+		ks, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -676,7 +688,7 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 		hm := make([]*goredis.SliceCmd, n)
 		ql := make([]*goredis.IntCmd, n)
 		for i, key := range chunk {
-			hm[i] = p.HMGet(ctx, key, "o", "n", "f", "x")
+			hm[i] = p.HMGet(ctx, key, "o", "n", "f", "x", "w", "s")
 			ql[i] = p.LLen(ctx, key+":queue")
 		}
 		// Single commands may fail (a key that changed type); the others
@@ -689,32 +701,86 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 		}
 		nowMs := now.Val().UnixMilli()
 		for i, key := range chunk {
-			vals, err := hm[i].Result()
-			if err != nil || len(vals) < 4 || toStr(vals[0]) == "" {
-				continue // free, or not a lock
-			}
-			left := toInt(vals[3]) - nowMs
-			if left <= 0 {
-				continue // expired
-			}
 			enc := strings.TrimSuffix(strings.TrimPrefix(key, head), "}")
 			name, err := decodeName(enc)
 			if err != nil || !strings.HasPrefix(name, prefix) {
 				continue
 			}
-			tok, _ := strconv.ParseUint(toStr(vals[2]), 10, 64)
-			cnt, _ := strconv.Atoi(toStr(vals[1]))
-			out = append(out, dlock.LockInfo{Name: name, Owner: toStr(vals[0]), Token: tok, Count: cnt,
-				TTL: time.Duration(left) * time.Millisecond, Waiters: int(ql[i].Val())})
+			vals, err := hm[i].Result()
+			var bad string
+			switch {
+			case err != nil && strings.Contains(err.Error(), "WRONGTYPE"):
+				bad = fmt.Sprintf("key %q holds another type than a hash", key)
+			case err != nil || len(vals) < 6:
+				continue
+			default:
+				bad = hashFault(vals)
+			}
+			if bad == "" && toStr(vals[0]) == "" {
+				continue // free
+			}
+			var left int64
+			if bad == "" {
+				if left = toInt(vals[3]) - nowMs; left <= 0 {
+					continue // expired
+				}
+			}
+			in := dlock.LockInfo{Name: name, Bad: bad, Waiters: -1, Queued: int(ql[i].Val())}
+			if len(vals) >= 4 {
+				in.Owner = toStr(vals[0])
+				in.Token, _ = strconv.ParseUint(toStr(vals[2]), 10, 64)
+				in.Count, _ = strconv.Atoi(toStr(vals[1]))
+				in.TTL = time.Duration(max(left, 0)) * time.Millisecond
+			}
+			out = append(out, in)
 		}
 	}
 	return out, nil
 }
 
+// hashFault says what makes a lock hash foreign data as the acquire
+// script judges it, or "" if nothing does. vals are its fields o, n, f,
+// x, w and s (nil when absent).
+func hashFault(vals []any) string {
+	num := func(v any) (float64, bool) {
+		f, err := strconv.ParseFloat(strings.TrimSpace(toStr(v)), 64)
+		return f, err == nil
+	}
+	o, n, f, x, w, s := vals[0], vals[1], vals[2], vals[3], vals[4], vals[5]
+	tok, ok := num(f)
+	switch {
+	case f == nil:
+		return "token f is missing"
+	case !ok:
+		return "token f is not a number"
+	case tok < 0 || tok != math.Trunc(tok):
+		return "token f is not a non-negative integer"
+	case tok >= MaxToken:
+		return fmt.Sprintf("token f is at the top of the range (%d): no later token can be given", int64(MaxToken))
+	}
+	if o != nil {
+		if c, ok := num(n); !ok || c < 1 || c != math.Trunc(c) {
+			return "count n of a hold is not a positive integer"
+		}
+		if _, ok := num(x); !ok {
+			return "expiry x of a hold is not a number"
+		}
+	} else if n != nil {
+		return "count n without an owner o"
+	}
+	if _, ok := num(w); w != nil && !ok {
+		return "queue length w is not a number"
+	}
+	if _, ok := num(s); s != nil && !ok {
+		return "waiter hint s is not a number"
+	}
+	return ""
+}
+
 // millis converts d to whole milliseconds, rounding up so that the store
-// never keeps a lease shorter than the client assumes.
+// never keeps a lease shorter than the client assumes, without overflow.
 func millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	return dur.Ceil(d, time.Millisecond)
 }
 
 // parseToken reads a token from a script's reply: an integer or a string

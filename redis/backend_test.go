@@ -240,6 +240,18 @@ func TestForeignData(t *testing.T) {
 	if v, _ := rdb.Get(ctx, "dlock:{replaced}").Result(); v != "mine now" {
 		t.Errorf("the replaced value became %q", v)
 	}
+
+	// The count of a hold corrupted under the holder: the release reports
+	// foreign data (before, a raw Lua error about arithmetic on nil).
+	l, err = c.Mutex("count").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, "dlock:{count}", "n", "many")
+	check("Unlock with a foreign count", l.Unlock(ctx), `dlock:{count}`)
+	if v := rdb.HGet(ctx, "dlock:{count}", "n").Val(); v != "many" {
+		t.Errorf("the foreign count became %q", v)
+	}
 }
 
 // TestServerKilled kills redis-server while leases are held and a Lock

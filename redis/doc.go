@@ -11,16 +11,59 @@
 //	redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]
 //	redis+cluster://HOST:PORT[,HOST:PORT...]
 //
+// go-redis prints its own log lines (failed dials and the like) on stderr
+// through one process-wide logger. Importing this package (or redlock)
+// replaces that logger with one that sends the lines to slog.Default() at
+// debug level; a program that calls goredis.SetLogger in main keeps its
+// own.
+//
+// # Maximum TTL
+//
+// A TTL is sent as whole milliseconds (PX, rounded up, without overflow).
+// The longest TTL is [dlock.MaxTTL] (24 h), the Client's ceiling: Redis
+// itself keeps far longer expiries exactly.
+//
 // # How it works
 //
 // Each operation is one Lua script, so one round trip, atomic, run with
 // EVALSHA (EVAL when the server does not have the script cached). The state
 // of a lock lives under one hash tag, PREFIX:{NAME}, so all of it is in one
-// Cluster slot: a hash, never deleted, with the holder's owner, reentry
-// count and lease end (judged against the server's clock, TIME) and the
-// last token granted (the fence), which stays when the lock frees; and, for
-// fair locks, a queue of waiters with a deadline each. Names are escaped
-// for the hash tag ({, }, % and glob characters become %XX).
+// Cluster slot: a hash with the holder's owner, reentry count, lease end
+// (judged against the server's clock, TIME) and token; and, for fair
+// locks, a queue of waiters with a deadline each. Names are escaped for the
+// hash tag ({, }, % and glob characters become %XX). Tokens come from a
+// fence key shared by many names (see State and Guarantees).
+//
+// # State
+//
+// What a lock keeps in Redis, and for how long:
+//
+//   - held: its hash, with a PEXPIREAT at the end of the lease (moved on
+//     by each renewal), so a holder that dies leaves nothing once its
+//     lease is over;
+//   - waited on: the same hash, kept (PEXPIREAT) at least until the end of
+//     the last waiting Lock's next attempt (at most the holder's remaining
+//     lease plus the waiter timeout, [WaiterTimeout]); with dlock.Fair
+//     also PREFIX:{NAME}:queue and :timeouts, which expire a second after
+//     the last queued waiter's deadline (a waiter timeout after its last
+//     attempt), and the hash lasts as long as they do;
+//   - after release: nothing. A release that frees the lock with nobody
+//     waiting deletes the hash in the same script; a lock freed while
+//     others wait keeps it until the waiters' hint or queue ends (their
+//     next attempt, or the release of the one that gets the lock, deletes
+//     it once nobody waits). An abandoned lock (holder and waiters dead) is gone at
+//     most a waiter timeout plus a second after its lease and its waiters'
+//     deadlines are over, by Redis's own expiry: no sweep, no background
+//     job.
+//
+// Beyond the names in use, the backend keeps its fence keys, which never
+// expire: on a single server or a Sentinel-managed master one key,
+// PREFIX:fence; on a Cluster one per slot in use, PREFIX:fence:{TAG} (TAG
+// is the smallest decimal number whose CRC16 falls in the slot), so at
+// most 16384 whatever the number of names; on a Ring, which places keys by
+// its own hash of the tag, one key per name, PREFIX:{NAME}:fence, which is
+// never reclaimed. A hash written by a dlock version before reclamation
+// has no expiry: it goes at its next release.
 //
 // An uncontended Lock or TryLock is one command, and so is Unlock. A
 // reentrant acquisition by the same owner increments the count kept in the
@@ -70,16 +113,31 @@
 //
 // What keeps the protected resource safe in either case is the fencing
 // token: pass Lease.Token to the resource and let it reject writes that
-// carry a token lower than one it has seen. The tokens come from the fence
-// key and are at least the server's clock in microseconds, so they keep
-// increasing even when the fence key itself is lost in a failover or
-// restart, as long as the servers' clocks agree to better than the time
-// between the lost grant and the next one. Tokens are therefore large and
-// not consecutive.
+// carry a token lower than one it has seen. A new token is max(fence+1,
+// server time in µs), where the fence key holds the highest token granted
+// in the lock's slot and is raised in the same script, so deleting a lock's
+// hash never lets a later token of that name be smaller or equal, however
+// the server's clock moves. Tokens keep increasing even when the fence
+// key itself is lost in a failover or restart, as long as the servers'
+// clocks agree to better than the time between the lost grant and the
+// next one. Tokens are therefore large and not consecutive; they increase
+// per name, and the tokens of names that share a fence key are distinct.
 //
-// Lease expiry is judged by the server's clock (PX). Keep the eviction
-// policy at noeviction or a volatile-* policy: an evicted fence key is
-// handled as above, but an evicted holder is a lost lock.
+// Lease expiry is judged by the server's clock (TIME, in the scripts),
+// which makes a step of that clock unsafe. When the Redis server's clock
+// steps forward by more than a lease's remaining TTL, every lease looks
+// expired to the scripts at once: the lock is granted to the next owner
+// that asks, while the first holder's Client still reports its lease valid
+// until its next renewal fails (within TTL/3, at the latest at
+// [dlock.Lease.Deadline]; seen: two holders for 2.3 s after a 30 s step).
+// Tokens still increase (the fence key is never deleted), so a
+// resource that checks them rejects the first holder's writes once it has
+// seen the new token; nothing else protects it. A backward step lengthens
+// every lease by the step. Keep the server's clock slewed, not stepped.
+//
+// Keep the eviction policy at noeviction: the lock hashes carry expiries,
+// so a volatile-* policy may evict a held lock, which is a lost lock (an
+// evicted fence key is handled as above).
 //
 // # Errors
 //
@@ -87,5 +145,9 @@
 // pass (loading, failover) give errors matching dlock.ErrBackendUnavailable
 // that name the address. A server older than [MinServerVersion] gives
 // [ErrServerTooOld]. Data that dlock did not write at one of a lock's keys
-// gives [ErrForeignData], naming the key, and is left unchanged.
+// (another type, a hash field that is not a number or is missing, a token
+// at [MaxToken], above which Lua's doubles are not exact) gives
+// [ErrForeignData] (which is dlock.ErrForeignData), naming the key and
+// what is wrong, and is left unchanged; Inspect lists such keys with
+// LockInfo.Bad set.
 package redis

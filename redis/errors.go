@@ -13,10 +13,11 @@ import (
 )
 
 // ErrForeignData means that a key dlock uses for a lock holds data that
-// dlock did not write (another type, or a value it cannot read). The
-// operation changed nothing; the error names the key. Remove the data or
-// choose another [KeyPrefix].
-var ErrForeignData = errors.New("redis: lock key holds data that dlock did not write")
+// dlock did not write (another type, a field it cannot read, a token at
+// [MaxToken]). The operation changed nothing; the error names the key.
+// Remove the data or choose another [KeyPrefix]. It is
+// [dlock.ErrForeignData], kept here under its earlier name.
+var ErrForeignData = dlock.ErrForeignData
 
 // ErrServerTooOld means the Redis server is older than [MinServerVersion]
 // and lacks commands the scripts use.

@@ -91,8 +91,8 @@ func TestFairDeadWaiter(t *testing.T) {
 	later := newDlock(t, newBackend(t, srv.Addr(), dredis.WaiterTimeout(time.Second)))
 	res := waitFor(t, later, "fair-dead", ctx, dlock.Fair())
 	infos, err := holder.Inspect(ctx, "fair-dead")
-	if err != nil || len(infos) != 1 || infos[0].Waiters != 2 {
-		t.Fatalf("Inspect with two fair waiters: %+v, %v", infos, err)
+	if err != nil || len(infos) != 1 || infos[0].Queued != 2 {
+		t.Fatalf("Inspect with two fair waiters queued: %+v, %v", infos, err)
 	}
 	cmd.Process.Kill()
 	cmd.Wait()

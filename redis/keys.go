@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/dlock-dev/dlock/internal/redisconn"
 )
 
 // keys are the Redis keys and the pub/sub channel of one lock. All of them
@@ -14,14 +16,34 @@ import (
 //	PREFIX:{enc}:queue    list: fair waiters' ids in arrival order
 //	PREFIX:{enc}:timeouts zset: fair waiters' ids scored by the server time (ms) at which they count as dead
 //	PREFIX:{enc}:wake     pub/sub channel: release and queue-head notices
+//
+// and the fence key that holds the highest token granted in the lock's
+// slot (see fenceMode), which is shared by many names and never expires.
 type keys struct {
-	lock, queue, timeouts, channel string
-	slot                           uint16
-	// all holds lock, queue and timeouts as the KEYS of a script.
-	all [3]any
+	lock, queue, timeouts, fence, channel string
+	slot                                  uint16
+	// all holds lock, queue, timeouts and fence as the KEYS of a script.
+	all [4]any
 }
 
-func newKeys(prefix, name string) *keys {
+// fenceMode says where the fence key of a lock is.
+type fenceMode uint8
+
+const (
+	// fenceOne: one key, PREFIX:fence, for every lock (a single server or
+	// a Sentinel-managed master, where any keys may go into one script).
+	fenceOne fenceMode = iota
+	// fenceSlot: one key per Cluster slot, PREFIX:fence:{TAG}, where TAG is
+	// the first decimal number (0, 1, 2, ...) whose slot is the lock's:
+	// at most 16384 keys, whatever the number of names.
+	fenceSlot
+	// fenceName: one key per name, PREFIX:{enc}:fence (a Ring, which
+	// places keys by its own hash of the tag, so no shared key is sure to
+	// be on the lock's shard). It is never reclaimed.
+	fenceName
+)
+
+func newKeys(prefix, name string, mode fenceMode) *keys {
 	enc := encodeName(name)
 	base := prefix + ":{" + enc + "}"
 	k := &keys{
@@ -29,9 +51,17 @@ func newKeys(prefix, name string) *keys {
 		queue:    base + ":queue",
 		timeouts: base + ":timeouts",
 		channel:  base + ":wake",
-		slot:     crc16(enc) % 16384,
+		slot:     redisconn.Slot(enc),
 	}
-	k.all = [3]any{k.lock, k.queue, k.timeouts}
+	switch mode {
+	case fenceOne:
+		k.fence = prefix + ":fence"
+	case fenceSlot:
+		k.fence = prefix + ":fence:{" + redisconn.SlotTag(k.slot) + "}"
+	case fenceName:
+		k.fence = base + ":fence"
+	}
+	k.all = [4]any{k.lock, k.queue, k.timeouts, k.fence}
 	return k
 }
 
@@ -39,6 +69,7 @@ func newKeys(prefix, name string) *keys {
 // an acquisition of a name in use does not build them anew.
 type keyCache struct {
 	prefix string
+	fence  fenceMode
 	mu     sync.RWMutex
 	m      map[string]*keys
 }
@@ -54,7 +85,7 @@ func (c *keyCache) get(name string) *keys {
 	if k != nil {
 		return k
 	}
-	k = newKeys(c.prefix, name)
+	k = newKeys(c.prefix, name, c.fence)
 	c.mu.Lock()
 	if len(c.m) >= keyCacheSize || c.m == nil {
 		c.m = make(map[string]*keys)
@@ -140,23 +171,6 @@ func unhex(c byte) (byte, bool) {
 		return c - 'a' + 10, true
 	}
 	return 0, false
-}
-
-// crc16 is the CRC16-CCITT (XModem) checksum Redis Cluster uses for key
-// slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
 
 // validPrefix reports why p cannot be a key prefix, or "".

@@ -3,6 +3,8 @@ package redis
 import (
 	"strings"
 	"testing"
+
+	"github.com/dlock-dev/dlock/internal/redisconn"
 )
 
 func TestEncodeName(t *testing.T) {
@@ -36,14 +38,18 @@ func TestEncodeName(t *testing.T) {
 }
 
 func TestSlot(t *testing.T) {
-	if got := crc16("123456789"); got != 0x31C3 {
-		t.Errorf("crc16 check value = %#x, want 0x31c3", got)
+	if got := redisconn.Slot("123456789"); got != 0x31C3%16384 {
+		t.Errorf("slot of the CRC16 check string = %d, want %d", got, 0x31C3%16384)
 	}
 	// CLUSTER KEYSLOT foo = 12182 (the Redis Cluster specification).
-	if k := newKeys("dlock", "foo"); k.slot != 12182 {
+	if k := newKeys("dlock", "foo", fenceOne); k.slot != 12182 {
 		t.Errorf("slot of {foo} = %d, want 12182", k.slot)
 	}
-	k := newKeys("p", "a}b")
+	// A Cluster's fence key is in the lock's slot.
+	if k := newKeys("dlock", "foo", fenceSlot); redisconn.Slot(k.fence[strings.Index(k.fence, "{")+1:len(k.fence)-1]) != k.slot {
+		t.Errorf("fence key %q is not in slot %d", k.fence, k.slot)
+	}
+	k := newKeys("p", "a}b", fenceOne)
 	for _, key := range []string{k.lock, k.queue, k.timeouts, k.channel} {
 		open, close := strings.Index(key, "{"), strings.Index(key, "}")
 		if key[open+1:close] != encodeName("a}b") {

@@ -14,14 +14,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// go-redis logs every failed dial; the tests cause many on purpose.
-	goredis.SetLogger(quiet{})
+	// go-redis logs every failed dial, to slog at debug level (see
+	// internal/redislog): nothing reaches stderr.
 	goleak.VerifyTestMain(m)
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 // newClient returns a go-redis client on addr, closed when the test ends.
 func newClient(t testing.TB, addr string) *goredis.Client {
@@ -45,7 +41,9 @@ func newBackend(t testing.TB, addr string, opts ...dredis.Option) *dredis.Backen
 
 func TestConformance(t *testing.T) {
 	srv := testserver.Redis(t)
-	dlocktest.Run(t, func(t testing.TB) dlock.Backend { return newBackend(t, srv.Addr()) })
+	dlocktest.Run(t, func(t testing.TB) dlock.Backend { return newBackend(t, srv.Addr()) },
+		foreignHook(func() goredis.UniversalClient { return goredis.NewClient(&goredis.Options{Addr: srv.Addr()}) }, "dlock"),
+		reclaimHook(func() goredis.UniversalClient { return goredis.NewClient(&goredis.Options{Addr: srv.Addr()}) }, "dlock"))
 }
 
 func TestClusterConformance(t *testing.T) {
@@ -60,5 +58,9 @@ func TestClusterConformance(t *testing.T) {
 			t.Fatalf("OpenURL(%s): %v", url, err)
 		}
 		return b
-	})
+	}, foreignHook(func() goredis.UniversalClient {
+		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
+	}, "dlock"), reclaimHook(func() goredis.UniversalClient {
+		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
+	}, "dlock"))
 }

@@ -23,7 +23,7 @@ func BenchmarkScriptCPU(b *testing.B) {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	b.Cleanup(func() { c.Close() })
 	owner := "host/1234/0123456789abcdef0123456789abcdef"
-	acq, rel := scriptCPU(b, c, "dlock", acquireScript.src, releaseScript.src, 3,
+	acq, rel := scriptCPU(b, c, "dlock", acquireScript.src, releaseScript.src, 4,
 		func(i int) []any { return []any{owner, 30000, procTag + "-" + strconv.Itoa(i), modeWait, 10000} },
 		func(v any) []any { return []any{owner, toStr(v), procTag} })
 	value := "0123456789abcdef0123456789abcdef"
@@ -63,8 +63,8 @@ func scriptCPU(b *testing.B, c *goredis.Client, prefix, acqSrc, relSrc string, n
 	const names = 500
 	keys := make([][]string, names)
 	for i := range keys {
-		k := newKeys("cpu-"+prefix, strconv.Itoa(i))
-		keys[i] = []string{k.lock, k.queue, k.timeouts}[:nkeys]
+		k := newKeys("cpu-"+prefix, strconv.Itoa(i), fenceOne)
+		keys[i] = []string{k.lock, k.queue, k.timeouts, k.fence}[:nkeys]
 	}
 	run := func(s *goredis.Script, args func(i int) []any) []*goredis.Cmd {
 		p := c.Pipeline()

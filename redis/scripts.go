@@ -3,6 +3,7 @@ package redis
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"strconv"
 )
 
 // script is a Lua script and its SHA1, for EVALSHA.
@@ -21,14 +22,14 @@ func newScript(name, src string) *script {
 
 // The scripts. Each operation is one script, so one round trip and atomic.
 //
-// A lock is one hash, PREFIX:{NAME}, that is never deleted:
+// A lock is one hash, PREFIX:{NAME}, that lives only while the lock is
+// held, waited on or queued for:
 //
 //	o  holder's owner (absent when free)
 //	n  reentry count
 //	r  id of the request that made or last re-entered the hold
 //	x  end of the lease, server time in ms (TIME)
-//	f  last token granted (the fence), which is also the holder's token;
-//	   kept when the lock frees
+//	f  last token granted, which is also the holder's token
 //	w  length of the fair queue when last seen (0 or absent: no queue)
 //	s  server time (ms) until which a waiter that is not in the fair queue
 //	   may be waiting for a release notice (see below)
@@ -37,6 +38,24 @@ func newScript(name, src string) *script {
 // same clock Redis uses for PX. Fair locks also use a list (the queue, in
 // arrival order) and a sorted set (each queued waiter's deadline), which
 // expire a second after the last waiter's deadline.
+//
+// Reclamation: the hash carries a PEXPIREAT no earlier than the end of its
+// lease (x), its waiter hint (s) and its fair queue (the queue's own
+// expiry), and no script shortens it except to a new grant's; a release
+// that frees the lock with no fair queue deletes the hash in the same
+// script. So a free name without waiters keeps no key, and an abandoned
+// one (its holder or its waiters gone) loses its keys by themselves, at
+// most a waiter timeout plus a second after its last lease or waiter
+// deadline. A hash without an expiry (written before reclamation) keeps
+// it until its next grant or release.
+//
+// Tokens: the fence key (KEYS[4]; one per Cluster slot, or one per
+// store, see fenceMode) holds the highest token granted in its slot and is
+// never deleted. A new token is max(fence+1, f+1, server time in µs) and
+// is written to the fence key in the same script, so deleting a lock's
+// hash never lets a later token of its name be smaller or equal; a
+// release that deletes a hash whose f is above the fence (the fence key
+// was lost) raises the fence to f first.
 //
 // Every script reads each key it may write before its first write, so that
 // a key holding another type fails the script (WRONGTYPE) before anything
@@ -53,19 +72,67 @@ func newScript(name, src string) *script {
 // (its request id starts with the process's tag, ARGV) does not publish
 // either: the process wakes that waiter itself.
 //
-// New tokens are max(f+1, server time in µs), so that tokens keep
-// increasing even if the hash is lost (a restart without persistence, a
-// failover to a replica that missed the last grants), provided the servers'
-// clocks agree to better than the time between the lost grant and the next.
+// The server time in µs in the token keeps tokens increasing even if the
+// fence key is lost (a restart without persistence, a failover to a
+// replica that missed the last grants), provided the servers' clocks agree
+// to better than the time between the lost grant and the next.
+
+// MaxToken is the largest fencing token: the scripts compute in Lua
+// numbers, which are doubles, exact up to 2^53. A lock whose token f is at
+// it (or that holds a count, token or expiry that is not a number) is
+// foreign data: the acquire script refuses it with DLOCKFOREIGN and
+// changes nothing.
+const MaxToken = 1<<53 - 1
+
+// maxTokenLua is MaxToken in the scripts.
+var maxTokenLua = strconv.FormatInt(MaxToken, 10)
+
+// stateSource defines, for the scripts that may free or queue a lock
+// (KEYS: lock hash h, queue q, timeouts, fence key fk):
+//
+// fenceOf(v) checks the fence key's value v (from GET) and returns it as
+// a number (0 if absent), or false and an error reply for foreign data.
+//
+// drop(f, hw) deletes the hash of a free lock without waiters, first
+// raising the fence to its token f if it is below (hw: the fence).
+//
+// keep(now, at, w) makes the hash last at least until at (ms) and, if it
+// counts a fair queue (w > 0), as long as the queue does; it never shortens
+// the hash's life. If that end has passed the hash is not kept: the
+// caller drops it instead.
+var stateSource = `
+local h, q, qt, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local function fenceOf(v)
+  if not v then return 0 end
+  local n = tonumber(v)
+  if not n or n < 0 or n % 1 ~= 0 or n >= ` + maxTokenLua + ` then
+    return false, redis.error_reply('DLOCKFOREIGN fence key ' .. fk .. ' does not hold a token (a non-negative integer below ` + maxTokenLua + `)')
+  end
+  return n
+end
+local function drop(f, hw)
+  if f and f > hw then redis.call('SET', fk, string.format('%.0f', f)) end
+  redis.call('DEL', h)
+end
+local function keep(now, at, w)
+  if w > 0 then
+    local p = redis.call('PTTL', q)
+    if p > 0 then at = math.max(at, now + p) end
+  end
+  if at <= now then return end
+  local p = redis.call('PTTL', h)
+  if p == -1 or p >= 0 and now + p < at then redis.call('PEXPIREAT', h, at) end
+end
+`
 
 // acquireScript makes one attempt.
 //
-//	KEYS: lock hash, queue, timeouts
+//	KEYS: lock hash, queue, timeouts, fence key
 //	ARGV: owner, ttl ms, request id, mode ("t" try, "w" wait, "f" fair wait), waiter timeout ms
 //
 // Replies the token (an integer) for a new grant of a lock that was free
-// and had no fair queue: the common case, which takes one HMGET, TIME and
-// one HSET. Otherwise {1, token, count} when granted, or {0, holder owner
+// and had no fair queue: the common case, which takes one HMGET, GET,
+// TIME, HSET, SET and PEXPIREAT (and an EXISTS when the hash is absent). Otherwise {1, token, count} when granted, or {0, holder owner
 // or "", holder token or "", wait hint ms, queue length} when not.
 //
 // A holder whose owner is the caller's re-enters (count+1) unless the
@@ -76,16 +143,31 @@ func newScript(name, src string) *script {
 // A free lock with a queue goes to the queue's head only, and when dropping
 // dead waiters makes another waiter the head of a free lock's queue, that
 // waiter is told.
-var acquireScript = newScript("acquire", `
-local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
+var acquireScript = newScript("acquire", stateSource+`
 local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w', 's')
+local hw, bad = fenceOf(redis.call('GET', fk))
+if not hw then return bad end
+local function foreign(why) return redis.error_reply('DLOCKFOREIGN ' .. why) end
 local f = tonumber(cur[3])
 if not f then
-  if cur[3] or redis.call('EXISTS', h) == 1 then
-    return redis.error_reply('DLOCKFOREIGN ' .. h)
-  end
+  if cur[3] then return foreign('token f is not a number') end
+  if redis.call('EXISTS', h) == 1 then return foreign('token f is missing') end
   f = 0
+elseif f < 0 or f % 1 ~= 0 then
+  return foreign('token f is not a non-negative integer')
+elseif f >= `+maxTokenLua+` then
+  return foreign('token f is at the top of the range (`+maxTokenLua+`, the largest integer a Lua number holds exactly): no later token can be given')
+end
+if cur[1] then
+  local n = tonumber(cur[2])
+  if not n or n < 1 or n % 1 ~= 0 then return foreign('count n of a hold is not a positive integer') end
+  if not tonumber(cur[5]) then return foreign('expiry x of a hold is not a number') end
+elseif cur[2] then
+  return foreign('count n without an owner o')
+end
+if cur[6] and not tonumber(cur[6]) or cur[7] and not tonumber(cur[7]) then
+  return foreign('queue length w or waiter hint s is not a number')
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -93,11 +175,18 @@ local exp = now + tonumber(ARGV[2])
 local x = tonumber(cur[5]) or 0
 local held = cur[1] and x > now
 local w = tonumber(cur[6]) or 0
+local sv = tonumber(cur[7]) or 0
+local function newToken()
+  local tok = math.max(f + 1, hw + 1, t[1] * 1000000 + t[2])
+  redis.call('SET', fk, string.format('%.0f', tok))
+  return tok
+end
 if not held and w == 0 then
   -- Free, no fair queue: a new grant. The token goes to HSET and into the
   -- reply as a number (exact below 2^53; Redis writes it as an integer).
-  local tok = math.max(f + 1, t[1] * 1000000 + t[2])
+  local tok = newToken()
   redis.call('HSET', h, 'o', owner, 'n', '1', 'r', rid, 'x', exp, 'f', tok)
+  redis.call('PEXPIREAT', h, math.max(exp, sv))
   return tok
 end
 if held and cur[1] == owner then
@@ -105,6 +194,7 @@ if held and cur[1] == owner then
   if cur[4] ~= rid then
     n = n + 1
     redis.call('HSET', h, 'n', n, 'r', rid, 'x', math.max(x, exp))
+    keep(now, math.max(x, exp), w)
   end
   return {1, cur[3], n}
 end
@@ -136,9 +226,9 @@ if held or head and head ~= rid then
     redis.call('PEXPIREAT', q, gone)
     redis.call('PEXPIREAT', qt, gone)
   end
-  local sv = tonumber(cur[7]) or 0
   local until_ = now + wait + tonumber(ARGV[5])
   if mode == 'w' and sv < until_ - tonumber(ARGV[5]) / 2 then
+    sv = until_
     if qlen ~= w then
       redis.call('HSET', h, 's', until_, 'w', qlen)
     else
@@ -147,6 +237,7 @@ if held or head and head ~= rid then
   elseif qlen ~= w then
     redis.call('HSET', h, 'w', qlen)
   end
+  if held then keep(now, math.max(x, sv), qlen) else keep(now, sv, qlen) end
   if not held and head ~= old then redis.call('PUBLISH', h .. ':wake', head) end
   if held then return {0, cur[1], cur[3] or '', wait, qlen} end
   return {0, '', '', wait, qlen}
@@ -156,11 +247,16 @@ if head then
   redis.call('ZREM', qt, rid)
   qlen = qlen - 1
 end
-local tok = string.format('%.0f', math.max(f + 1, t[1] * 1000000 + t[2]))
+local tok = string.format('%.0f', newToken())
 if qlen ~= w then
   redis.call('HSET', h, 'o', owner, 'n', 1, 'r', rid, 'x', exp, 'f', tok, 'w', qlen)
 else
   redis.call('HSET', h, 'o', owner, 'n', 1, 'r', rid, 'x', exp, 'f', tok)
+end
+if qlen == 0 then
+  redis.call('PEXPIREAT', h, math.max(exp, sv))
+else
+  keep(now, math.max(exp, sv), qlen)
 end
 return {1, tok, 1}
 `)
@@ -170,7 +266,9 @@ return {1, tok, 1}
 //	KEYS: lock hash
 //	ARGV: owner, token, ttl ms
 //
-// Replies {1}, or {0, holder owner or "", holder token or ""}.
+// Replies {1}, or {0, holder owner or "", holder token or ""}. The hash's
+// expiry moves to the new lease end if that is later (a hash without an
+// expiry, from before reclamation, keeps none).
 var renewScript = newScript("renew", `
 local cur = redis.call('HMGET', KEYS[1], 'o', 'f', 'x')
 local t = redis.call('TIME')
@@ -179,7 +277,10 @@ if (tonumber(cur[3]) or 0) <= now then
   return {0, '', ''}
 end
 if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-  redis.call('HSET', KEYS[1], 'x', now + tonumber(ARGV[3]))
+  local x = now + tonumber(ARGV[3])
+  redis.call('HSET', KEYS[1], 'x', x)
+  local p = redis.call('PTTL', KEYS[1])
+  if p >= 0 and now + p < x then redis.call('PEXPIREAT', KEYS[1], x) end
   return {1}
 end
 return {0, cur[1] or '', cur[2] or ''}
@@ -202,7 +303,10 @@ for i, k in ipairs(KEYS) do
   if cur.err then
     res[i] = -1
   elseif cur[1] == ARGV[j + 1] and cur[2] == ARGV[j + 2] and (tonumber(cur[3]) or 0) > now then
-    redis.call('HSET', k, 'x', now + tonumber(ARGV[j + 3]))
+    local x = now + tonumber(ARGV[j + 3])
+    redis.call('HSET', k, 'x', x)
+    local p = redis.call('PTTL', k)
+    if p >= 0 and now + p < x then redis.call('PEXPIREAT', k, x) end
     res[i] = 1
   else
     res[i] = 0
@@ -223,17 +327,20 @@ return res
 // passes the grant on. (If the waiter attempts anyway, the acquire script
 // returns this grant; if it gives up, the cancel script gives it back.)
 //
-//	KEYS: lock hash, queue, timeouts
+//	KEYS: lock hash, queue, timeouts, fence key
 //	ARGV: owner, token, the releasing process's request id tag,
 //	      [waiter's request id, owner, ttl ms]
 //
+// A lock that frees with no fair queue left loses its hash (see drop).
+//
 // Replies 1 when the lock freed with no fair queue and no waiter to tell
-// (the common case: one HMGET, TIME and one HDEL), else {1, count left,
+// (the common case: one HMGET, GET, TIME and one DEL), else {1, count left,
 // queue head or "", handed-off token or ""}, or {0, holder owner or "",
 // holder token or ""}.
-var releaseScript = newScript("release", `
-local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
+var releaseScript = newScript("release", stateSource+`
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'x', 'w', 's')
+local hw, bad = fenceOf(redis.call('GET', fk))
+if not hw then return bad end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if (tonumber(cur[4]) or 0) <= now then
@@ -242,15 +349,18 @@ end
 if cur[1] ~= ARGV[1] or cur[3] ~= ARGV[2] then
   return {0, cur[1] or '', cur[3] or ''}
 end
+if not tonumber(cur[2]) then return redis.error_reply('DLOCKFOREIGN count n of a hold is not a number') end
 local n = tonumber(cur[2]) - 1
 if n > 0 then
   redis.call('HSET', h, 'n', n)
   return {1, n, '', ''}
 end
 local w = tonumber(cur[5]) or 0
-local waiting = (tonumber(cur[6]) or 0) > now
+local sv = tonumber(cur[6]) or 0
+local waiting = sv > now
+local f = tonumber(cur[3])
 if w == 0 and not waiting then
-  redis.call('HDEL', h, 'o', 'n', 'r', 'x')
+  drop(f, hw)
   return 1
 end
 local head = ''
@@ -270,17 +380,33 @@ end
 if head ~= '' and head == ARGV[4] then
   redis.call('LPOP', q)
   redis.call('ZREM', qt, head)
-  local tok = string.format('%.0f', math.max(tonumber(cur[3]) + 1, t[1] * 1000000 + t[2]))
-  redis.call('HSET', h, 'o', ARGV[5], 'n', 1, 'r', head, 'x', now + tonumber(ARGV[6]), 'f', tok, 'w', qlen - 1)
+  local tok = math.max(f + 1, hw + 1, t[1] * 1000000 + t[2])
+  redis.call('SET', fk, string.format('%.0f', tok))
+  tok = string.format('%.0f', tok)
+  local exp = now + tonumber(ARGV[6])
+  redis.call('HSET', h, 'o', ARGV[5], 'n', 1, 'r', head, 'x', exp, 'f', tok, 'w', qlen - 1)
+  keep(now, math.max(exp, sv), qlen - 1)
   return {1, 0, head, tok}
+end
+if head == '' then
+  -- No fair queue left. Waiters that are not queued hear the release and
+  -- try again; the hash stays until their hint s ends, so that the
+  -- release of whichever of them gets the lock tells the others (a
+  -- process wakes one waiter per notice). Without them the hash goes.
+  if not waiting then
+    drop(f, hw)
+    return {1, 0, '', ''}
+  end
+  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
+  redis.call('HDEL', h, 'o', 'n', 'r', 'x')
+  keep(now, sv, 0)
+  redis.call('PUBLISH', h .. ':wake', '')
+  return {1, 0, '', ''}
 end
 if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 redis.call('HDEL', h, 'o', 'n', 'r', 'x')
-if head ~= '' then
-  if string.sub(head, 1, #ARGV[3]) ~= ARGV[3] then redis.call('PUBLISH', h .. ':wake', head) end
-elseif waiting then
-  redis.call('PUBLISH', h .. ':wake', '')
-end
+keep(now, sv, qlen)
+if string.sub(head, 1, #ARGV[3]) ~= ARGV[3] then redis.call('PUBLISH', h .. ':wake', head) end
 return {1, 0, head, ''}
 `)
 
@@ -290,20 +416,24 @@ return {1, 0, head, ''}
 // back. If the lock is then free and the queue's head changed, the new head
 // (or "") is published.
 //
-//	KEYS: lock hash, queue, timeouts
+//	KEYS: lock hash, queue, timeouts, fence key
 //	ARGV: request id, owner
 //
+// A lock left free with no queue and no waiter hint loses its hash.
+//
 // Replies 1 if a grant was given back, else 0.
-var cancelScript = newScript("cancel", `
-local h, q, qt = KEYS[1], KEYS[2], KEYS[3]
+var cancelScript = newScript("cancel", stateSource+`
 local rid = ARGV[1]
-local cur = redis.call('HMGET', h, 'o', 'n', 'r', 'x')
+local cur = redis.call('HMGET', h, 'o', 'n', 'r', 'x', 'f', 's')
+local hw, bad = fenceOf(redis.call('GET', fk))
+if not hw then return bad end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local wasHead = redis.call('LINDEX', q, 0) == rid
 redis.call('ZSCORE', qt, rid)
 local undone, free = 0, not cur[1] or (tonumber(cur[4]) or 0) <= now
 if not free and cur[1] == ARGV[2] and cur[3] == rid then
+  if not tonumber(cur[2]) then return redis.error_reply('DLOCKFOREIGN count n of a hold is not a number') end
   undone = 1
   local n = tonumber(cur[2]) - 1
   if n > 0 then
@@ -322,7 +452,13 @@ for _, id in ipairs(dead) do
 end
 local qlen = redis.call('LLEN', q)
 if redis.call('EXISTS', h) == 1 then
-  redis.call('HSET', h, 'w', qlen)
+  local sv = tonumber(cur[6]) or 0
+  if free and qlen == 0 and sv <= now then
+    drop(tonumber(cur[5]), hw)
+  else
+    redis.call('HSET', h, 'w', qlen)
+    if free then keep(now, sv, qlen) else keep(now, math.max(tonumber(cur[4]) or 0, sv), qlen) end
+  end
 end
 if free and (wasHead or #dead > 0) then
   local head = ''

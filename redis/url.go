@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/redisconn"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -46,6 +48,7 @@ func init() {
 //	waiter_timeout=5s              WaiterTimeout
 //	wait_replicas=1                WaitReplicas, with
 //	wait_replicas_timeout=500ms    its timeout (default 1s)
+//	connect_timeout=10s            how long OpenURL waits for the server (see dlock.DefaultConnectTimeout)
 //
 // Unless the URL sets context_timeout_enabled, the client is made with
 // ContextTimeoutEnabled, so that context deadlines bound its reads and
@@ -76,6 +79,10 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 	}
 	q := u.Query()
 	opts, err := takeOptions(q)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", dlock.ErrInvalidOption, err)
+	}
+	timeout, err := connect.Take(q, dlock.DefaultConnectTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", dlock.ErrInvalidOption, err)
 	}
@@ -123,6 +130,8 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 	}
 	var rdb goredis.UniversalClient
 	var desc string
+	server := redisconn.Server
+	server.Backend = "redis"
 	switch kind {
 	case "":
 		if len(hosts) > 1 {
@@ -149,6 +158,7 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 		o.ContextTimeoutEnabled = ctxTimeouts
 		rdb = goredis.NewClusterClient(o)
 		desc = "redis cluster " + strings.Join(hosts, ",")
+		server.Backend = "redis cluster"
 	case "sentinel":
 		parts := strings.FieldsFunc(u.Path, func(r rune) bool { return r == '/' })
 		if len(parts) < 1 || len(parts) > 2 {
@@ -180,6 +190,7 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 		o.ContextTimeoutEnabled = ctxTimeouts
 		rdb = goredis.NewFailoverClient(o)
 		desc = "redis sentinel " + master + " via " + strings.Join(hosts, ",")
+		server.Backend = "redis sentinel " + master + " via"
 	}
 	b, err := New(rdb, append([]Option{Description(desc)}, opts...)...)
 	if err != nil {
@@ -187,10 +198,18 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 		return nil, err
 	}
 	b.owned = true
+	probe := new(connect.Probe)
+	rdb.AddHook(redisconn.Probe(probe))
+	ctx, cancel := connect.Bound(ctx, timeout)
+	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		b.Close()
-		return nil, fmt.Errorf("%s: %w", desc, classify(err))
+		if errors.Is(classify(err), ErrServerTooOld) {
+			return nil, fmt.Errorf("%s: %w", desc, classify(err))
+		}
+		return nil, server.Explain(ctx, strings.Join(hosts, ","), probe, err)
 	}
+	probe.Done()
 	if err := b.ready(ctx); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("%s: %w", desc, err)

@@ -5,6 +5,12 @@
 //
 //	c, err := dlock.Open(ctx, "redlock://h1:6379,h2:6379,h3:6379,h4:6379,h5:6379")
 //
+// # Maximum TTL
+//
+// A TTL is sent to every master as whole milliseconds (rounded up, without
+// overflow) and the validity is TTL − elapsed − drift. The longest TTL is
+// [dlock.MaxTTL] (24 h), the Client's ceiling.
+//
 // # The algorithm
 //
 // Acquire sends one script to every master in parallel, each call bounded
@@ -45,7 +51,13 @@
 // (a [*dlock.HeldError] naming the holder of most masters) when other
 // holders refused, with a [*QuorumError] matching [dlock.ErrNoQuorum] and
 // [dlock.ErrBackendUnavailable], naming each failed master and why, when
-// too many masters failed to answer for a quorum to be possible.
+// too many masters failed to answer for a quorum to be possible. A master
+// whose hash for the lock holds data dlock did not write (a field that is
+// not a number, a count below 1, a fence at [MaxToken], above which Lua's
+// doubles are not exact) refuses before any write; an attempt that fails
+// while one did so fails with [dlock.ErrForeignData] naming the key and the
+// master, as waiting would not help (a quorum of other masters still
+// grants).
 //
 // A renewal extends the hold on every master and succeeds only when a
 // quorum did so with validity left; fewer is a loss ([dlock.ErrLeaseLost]),
@@ -113,8 +125,45 @@
 // reentry count, its acquisition id, the end of its lease by that master's
 // clock, the waiter the free lock is promised to and until when, and the
 // fence (the last token written there, or one above the last released
-// token), which is kept when the lock frees; and, while waiters queue, the
-// two queues and their waiters' deadlines.
+// token); and, while waiters queue, the two queues and their waiters'
+// deadlines. Besides, each master keeps a fence key per Cluster slot of the
+// names it saw, PREFIX:fence:{TAG} (at most 16384, never deleted), holding
+// the highest token or release floor written there for any name of the
+// slot.
+//
+// # State
+//
+// What a lock keeps on each master, and for how long:
+//
+//   - held: its hash, with a PEXPIREAT at the end of the lease by that
+//     master's clock, moved on by renewals: a holder that dies leaves
+//     nothing once its lease is over there;
+//   - waited on: the queues (fair, and the queue of other waiters), which
+//     expire a second after their last waiter's deadline (5 s after its
+//     last attempt); the hash lasts while the free lock is promised to a
+//     waiter (the node timeout);
+//   - after release: nothing. A release (or a waiter's cancel) that leaves
+//     the lock free and promised to nobody deletes its hash in the same
+//     script, raising the slot's fence key to the hash's fence first.
+//
+// A name's fence on a master is its hash's while the hash exists, else its
+// slot's fence key: a proposal for a name in use is checked against that
+// name only, and one for a name whose hash is gone against every earlier
+// token of its slot (a client whose clock is behind may then need another
+// round). So deleting hashes never lets a name's token go back; the fence
+// keys are the constant cost of that, one per slot.
+//
+// # Guarantees
+//
+// Each master judges expiry by its own wall clock (TIME, in the scripts).
+// A forward step of one master's clock by more than a lease's remaining
+// TTL makes every hold there look expired; on a minority of masters that
+// changes nothing, but on enough masters that the holder no longer has a
+// majority the lock is granted to a second owner while the first still
+// believes it holds until its next renewal fails (within TTL/3, at the
+// latest at [dlock.Lease.Deadline]). Tokens still increase, and a
+// resource that checks them rejects the older holder's writes once it has
+// seen the new token. The assumptions below say what else must hold.
 //
 // # Assumptions, and what breaks when they fail
 //
@@ -127,8 +176,9 @@
 //     must agree to within DriftFactor. If a master's clock jumps forward
 //     (an NTP step, a manual change) it expires a hold early and may grant
 //     it to a second client while the first still counts on its validity:
-//     two holders. Tokens still increase, because the fence is kept when a
-//     hold expires; fence-checking resources reject the older holder.
+//     two holders. Tokens still increase, because the fence key keeps the
+//     token when a hold expires; fence-checking resources reject the older
+//     holder.
 //   - The delayed-restart rule. A master that restarts without persistence
 //     (or with fsync less often than every write) comes back empty and may
 //     grant a lock that a holder still holds there; with enough such

@@ -8,3 +8,6 @@ func Received(b *Backend) int64 { return b.received.Load() }
 
 // WaiterID returns the id of waiter w in the masters' queues.
 func WaiterID(w any) string { return w.(*waiter).qid }
+
+// LockKey returns the key of the hash of lock name on every master of b.
+func LockKey(b *Backend, name string) string { return b.lockKey(name) }

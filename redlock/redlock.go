@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/dur"
+	"github.com/dlock-dev/dlock/internal/redisconn"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -116,8 +118,16 @@ func (b *Backend) lockKey(name string) string { return b.cfg.prefix + ":{" + enc
 
 func (b *Backend) channel(name string) string { return b.lockKey(name) + ":wake" }
 
-// keys are the lock hash, the fair queue and its waiters' deadlines, and
-// the queue of waiters that are not fair and their deadlines.
+// fenceKey is the key of the fence of the names in name's Cluster slot
+// (see the scripts): at most 16384 per master, whatever the number of
+// names.
+func (b *Backend) fenceKey(name string) string {
+	return b.cfg.prefix + ":fence:{" + redisconn.SlotTag(redisconn.Slot(encodeName(name))) + "}"
+}
+
+// keys are the lock hash, the fair queue and its waiters' deadlines, the
+// queue of waiters that are not fair and their deadlines, and the fence
+// key.
 func (b *Backend) keys(name string) []string {
 	k := b.lockKey(name)
 	suffixes := [...]string{"", ":queue", ":deadlines", ":wqueue", ":wdeadlines"}
@@ -132,14 +142,14 @@ func (b *Backend) keys(name string) []string {
 		sb.WriteString(s)
 	}
 	all := sb.String() // one allocation for the four keys that are not k
-	keys := make([]string, len(suffixes))
+	keys := make([]string, len(suffixes), len(suffixes)+1)
 	keys[0] = k
 	at := 0
 	for j, s := range suffixes[1:] {
 		keys[j+1] = all[at : at+len(k)+len(s)]
 		at += len(k) + len(s)
 	}
-	return keys
+	return append(keys, b.fenceKey(name))
 }
 
 // drift is the allowance for clock drift between the masters and this
@@ -200,6 +210,12 @@ func (b *Backend) tryNode(ctx context.Context, i int, keys []string, args []any)
 	}
 	v, err := b.run(ctx, i, acquireScript, keys, args...).Slice()
 	if err != nil {
+		if _, why, ok := strings.Cut(err.Error(), "DLOCKFOREIGN "); ok {
+			// The script refused before any write.
+			r.err = fmt.Errorf("%w: key %q on master %s holds data that dlock did not write (%s); nothing was changed",
+				dlock.ErrForeignData, keys[0], b.addrs[i], why)
+			return r
+		}
 		r.err = err
 		return r
 	}
@@ -314,6 +330,8 @@ func (a *attempt) lateLocked(r nodeRes) func() {
 func (a *attempt) lateActionLocked(r nodeRes) func() {
 	b := a.b
 	switch {
+	case errors.Is(r.err, dlock.ErrForeignData):
+		return nil // the script refused before any write
 	case a.state == stateFailed && r.kind != kindHeld:
 		// A grant (or an answer lost on the way, which may hide one) of a
 		// failed attempt: give it back.
@@ -345,7 +363,7 @@ func (a *attempt) lateActionLocked(r nodeRes) func() {
 // giveBackOf is the undoing of answer r of a failed attempt (once the
 // waiter is done, it also takes the waiter out of that master's queues).
 func (a *attempt) giveBackOf(r nodeRes) giveBack {
-	gb := giveBack{name: a.req.Name, owner: a.owner, gid: a.gid, floor: strconv.FormatUint(a.maxP, 10), until: time.Now().Add(a.req.TTL + a.b.cfg.nodeTimeout)}
+	gb := giveBack{name: a.req.Name, owner: a.owner, gid: a.gid, floor: strconv.FormatUint(a.maxP, 10), until: time.Now().Add(dur.Sum(a.req.TTL, a.b.cfg.nodeTimeout))}
 	if a.done != nil && a.done.Load() {
 		gb.qid = a.qid
 	}
@@ -358,7 +376,7 @@ func (a *attempt) giveBackOf(r nodeRes) giveBack {
 // holdGiveBack is the release of the attempt's grant on master i.
 func (a *attempt) holdGiveBack(i int) giveBack {
 	return giveBack{name: a.req.Name, owner: a.owner, token: strconv.FormatUint(a.token, 10), gid: a.gid, qid: a.qid,
-		floor: strconv.FormatUint(a.token+1, 10), until: time.Now().Add(a.req.TTL + a.b.cfg.nodeTimeout)}
+		floor: strconv.FormatUint(a.token+1, 10), until: time.Now().Add(dur.Sum(a.req.TTL, a.b.cfg.nodeTimeout))}
 }
 
 // releasing marks the granted attempt's hold as released on every master
@@ -653,7 +671,7 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		a.mu.Lock()
 		a.maxP = max(a.maxP, proposal)
 		a.mu.Unlock()
-		args := []any{req.Owner, req.TTL.Milliseconds(), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
+		args := []any{req.Owner, dur.Ceil(req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
 		rctx, done := b.roundCtx(nctx, n)
 		for i := range n {
 			b.bg.Add(1)
@@ -741,6 +759,10 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		switch {
 		case ctxErr != nil:
 			err = ctxErr
+		case foreignIn(failed) != nil:
+			// Foreign data on a master decides a failed attempt: waiting
+			// would not make it go away.
+			err = foreignIn(failed)
 		case len(failed) > n-b.quorum:
 			err = b.quorumError("acquire", len(granted), failed)
 		case len(held) == 0:
@@ -754,8 +776,8 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	pending := a.decide(stateFailed, 0)
 	var wg sync.WaitGroup
 	for _, r := range slices.Concat(granted, failed, stale, pending) {
-		if r.kind == kindHeld {
-			continue
+		if r.kind == kindHeld || errors.Is(r.err, dlock.ErrForeignData) {
+			continue // a refusal of foreign data wrote nothing
 		}
 		wg.Add(1)
 		go func() {
@@ -770,6 +792,17 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	res.split = res.split && len(granted) > 0
 	res.near = res.split && nNew >= b.quorum-1
 	return dlock.Grant{}, res, err
+}
+
+// foreignIn returns the error of the first master in failed that holds
+// foreign data at the lock's key, or nil.
+func foreignIn(failed []nodeRes) error {
+	for _, r := range failed {
+		if errors.Is(r.err, dlock.ErrForeignData) {
+			return r.err
+		}
+	}
+	return nil
 }
 
 // maxRounds bounds the rounds of one attempt whose proposed token was too
@@ -1028,7 +1061,7 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
 	}
 	start := time.Now()
-	key := b.lockKey(h.Name)
+	keys := []string{b.lockKey(h.Name), b.fenceKey(h.Name)}
 	tok := strconv.FormatUint(h.Token, 10)
 	hd, _ := h.Handle.(*handle)
 	gid := ""
@@ -1040,7 +1073,7 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 	}
 	nctx := context.WithoutCancel(ctx)
 	ok, no, failed := b.fanOut(nctx, b.quorum, true, func(ctx context.Context, i int) (bool, error) {
-		v, err := b.run(ctx, i, renewScript, []string{key}, h.Owner, tok, ttl.Milliseconds(), gid).Int64()
+		v, err := b.run(ctx, i, renewScript, keys, h.Owner, tok, dur.Ceil(ttl, time.Millisecond), gid).Int64()
 		return v == 1, err
 	})
 	if ok < b.quorum {
@@ -1078,7 +1111,7 @@ func (b *Backend) releaseLost(h dlock.Hold) {
 // holdRelease is the release of hold h on each master.
 func (b *Backend) holdRelease(h dlock.Hold) giveBack {
 	gb := giveBack{name: h.Name, owner: h.Owner, token: strconv.FormatUint(h.Token, 10),
-		floor: strconv.FormatUint(h.Token+1, 10), until: time.Now().Add(b.maxTTL(h) + b.cfg.nodeTimeout)}
+		floor: strconv.FormatUint(h.Token+1, 10), until: time.Now().Add(dur.Sum(b.maxTTL(h), b.cfg.nodeTimeout))}
 	if hd, _ := h.Handle.(*handle); hd != nil {
 		gb.gid, gb.qid = hd.gid, hd.a.qid
 	}

@@ -11,19 +11,14 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	"github.com/dlock-dev/dlock/redlock"
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	// go-redis logs every failed dial; the fault tests cause many.
-	goredis.SetLogger(quiet{})
+	// go-redis logs every failed dial, to slog at debug level (see
+	// internal/redislog): nothing reaches stderr.
 	goleak.VerifyTestMain(m)
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 // masterURL is the redlock URL of the group's masters.
 func masterURL(g *testserver.RedisGroup, query string) string {
@@ -47,7 +42,8 @@ func open(t testing.TB, g *testserver.RedisGroup, query string, opts ...redlock.
 
 func TestConformance(t *testing.T) {
 	g := testserver.RedisN(t, 5)
-	dlocktest.Run(t, func(t testing.TB) dlock.Backend { return open(t, g, "node_timeout=1s") }, dlocktest.Grants(60))
+	dlocktest.Run(t, func(t testing.TB) dlock.Backend { return open(t, g, "node_timeout=1s") }, dlocktest.Grants(60),
+		foreignHook(t, g), reclaimHook(t, g))
 }
 
 func TestOpenURL(t *testing.T) {

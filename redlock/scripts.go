@@ -1,7 +1,9 @@
 package redlock
 
+import "strconv"
+
 // The scripts run on each master on its own. A lock is one hash per master,
-// PREFIX:{NAME}, that is never deleted:
+// PREFIX:{NAME}, that lives while the lock is held or promised there:
 //
 //	o  holder's owner (absent when free)
 //	n  reentry count
@@ -10,16 +12,81 @@ package redlock
 //	p  the waiter a free lock is promised to, until the time in ms pt
 //	   (see releaseScript)
 //	f  the fence: the last token written to this master, which is the
-//	   holder's token once the grant was fenced; kept when the lock frees,
-//	   and raised by a release above the released token (releaseScript)
+//	   holder's token once the grant was fenced, and raised by a release
+//	   above the released token while the hash stays (releaseScript)
 //
 // Expiry is judged against the master's own clock (TIME), the clock Redis
 // uses for PX too.
+//
+// Reclamation: the hash carries a PEXPIREAT no earlier than its lease end
+// x and its promise time pt, which no script shortens; a release or cancel
+// that leaves the lock free and promised to nobody deletes it. The queues
+// expire a second after their last waiter's deadline, as before. So a
+// free name keeps nothing, and an abandoned one loses its keys by Redis's
+// own expiry.
+//
+// Tokens: the fence key PREFIX:fence:{TAG} (the last KEYS entry; TAG is
+// the hash tag of the name's Cluster slot, so at most 16384 keys per
+// master) holds the highest token or floor written on this master for any
+// name of the slot, raised by every script that writes f, and never
+// deleted. A name's fence is f while its hash has one, else the fence key:
+// so a proposal is checked against the name's own last token while the
+// name is in use, and against every earlier token of its slot once its
+// hash is gone, and tokens of a name still only increase across
+// reclamation.
+
+// MaxToken is the largest fencing token: the scripts compare fences as
+// Lua numbers, which are doubles, exact up to 2^53. A master whose fence
+// f is at it (or whose hash holds a count, fence or expiry that is not a
+// number) holds foreign data: the acquire script refuses it with
+// DLOCKFOREIGN before any write.
+const MaxToken = 1<<53 - 1
+
+// maxTokenLua is MaxToken in the scripts.
+var maxTokenLua = strconv.FormatInt(MaxToken, 10)
+
+// stateSource defines, for the scripts (KEYS[1] the lock hash h, the last
+// KEYS entry the fence key fk), after a GET of the fence key into hwv:
+//
+// hw: the fence key's value (0 if absent); the script returns the error
+// reply bad instead of going on when it is not a token.
+//
+// raise(v) raises the fence key to v (a number) if it is below.
+//
+// keep(now, at) makes the hash last at least until at (ms); it never
+// shortens its life, and leaves it alone if at has passed (the caller
+// drops it instead).
+//
+// drop(f) deletes the hash, first raising the fence key to its fence f.
+var stateSource = `
+local h, fk = KEYS[1], KEYS[#KEYS]
+local hwv = redis.call('GET', fk)
+local hw = tonumber(hwv or '0')
+local bad = false
+if not hw or hw < 0 or hw % 1 ~= 0 or hw >= ` + maxTokenLua + ` then
+  bad = redis.error_reply('DLOCKFOREIGN fence key ' .. fk .. ' does not hold a token (a non-negative integer below ` + maxTokenLua + `)')
+end
+local function raise(v)
+  if v and v > hw then
+    redis.call('SET', fk, string.format('%.0f', v))
+    hw = v
+  end
+end
+local function keep(now, at)
+  if at <= now then return end
+  local p = redis.call('PTTL', h)
+  if p == -1 or p >= 0 and now + p < at then redis.call('PEXPIREAT', h, at) end
+end
+local function drop(f)
+  raise(f)
+  redis.call('DEL', h)
+end
+`
 
 // acquireScript makes one attempt on one master.
 //
 //	KEYS: lock hash, queue (zset: fair waiter id -> ticket), deadlines (zset: id -> ms),
-//	      wait queue (zset: other waiter id -> ticket), its deadlines
+//	      wait queue (zset: other waiter id -> ticket), its deadlines, fence key
 //	ARGV: owner, ttl ms, acquisition id, mode ("t" try, "w" wait, "f" fair wait), ticket, waiter timeout ms, proposed token, waiter id
 //
 // Replies {1, token, 1, id} for a new hold, whose token (the proposed one)
@@ -43,10 +110,26 @@ package redlock
 // also by ticket: it decides nothing about grants, only which waiter the
 // release notice names, so that one waiter tries instead of all of them
 // colliding on the masters.
-var acquireScript = newScript(`
-local h, q, qd = KEYS[1], KEYS[2], KEYS[3]
+var acquireScript = newScript(stateSource + `
+if bad then return bad end
+local q, qd = KEYS[2], KEYS[3]
 local owner, ttl, gid, mode, qid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[8]
 local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p', 'pt')
+local function foreign(why) return redis.error_reply('DLOCKFOREIGN ' .. why) end
+local f = tonumber(cur[5])
+if cur[5] and not f then return foreign('fence f is not a number') end
+if f and (f < 0 or f % 1 ~= 0) then return foreign('fence f is not a non-negative integer') end
+if f and f >= ` + maxTokenLua + ` then
+  return foreign('fence f is at the top of the range (` + maxTokenLua + `, the largest integer a Lua number holds exactly): no later token can be given')
+end
+if cur[1] then
+  local n = tonumber(cur[2])
+  if not n or n < 1 or n % 1 ~= 0 then return foreign('count n of a hold is not a positive integer') end
+  if not tonumber(cur[4]) then return foreign('expiry x of a hold is not a number') end
+elseif cur[2] then
+  return foreign('count n without an owner o')
+end
+if cur[7] and not tonumber(cur[7]) then return foreign('promise time pt is not a number') end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local function enqueue(zq, zd)
@@ -63,16 +146,22 @@ end
 local x = tonumber(cur[4]) or 0
 local held = cur[1] and x > now
 local p = tonumber(ARGV[7])
+-- The name's fence: its own while its hash has one, else its slot's.
+local fv = cur[5] or string.format('%.0f', hw)
+local fn = tonumber(fv)
 if held and cur[1] == owner and cur[3] == gid then
-  if (tonumber(cur[5]) or 0) < p then
+  if fn < p then
     redis.call('HSET', h, 'f', ARGV[7], 'x', math.max(x, now + ttl))
+    raise(p)
+    keep(now, math.max(x, now + ttl))
     return {1, ARGV[7], tonumber(cur[2]), gid}
   end
-  return {3, cur[5]}
+  return {3, fv}
 end
 if held and cur[1] == owner then
   local n = tonumber(cur[2]) + 1
   redis.call('HSET', h, 'n', n, 'x', math.max(x, now + ttl))
+  keep(now, math.max(x, now + ttl))
   return {2, cur[5] or '0', n, cur[3] or ''}
 end
 local head = false
@@ -92,29 +181,33 @@ if (held or promised) and mode == 'w' and qid ~= '' then
   enqueue(KEYS[4], KEYS[5])
 end
 if held then
-  return {0, cur[1], cur[5] or '0', x - now}
+  return {0, cur[1], fv, x - now}
 end
 if head and head ~= qid then
-  return {0, '', cur[5] or '0', 0}
+  return {0, '', fv, 0}
 end
 if promised then
-  return {0, '', cur[5] or '0', tonumber(cur[7]) - now}
+  return {0, '', fv, tonumber(cur[7]) - now}
 end
-if (tonumber(cur[5]) or 0) >= p then
-  return {3, cur[5]}
+if fn >= p then
+  return {3, fv}
 end
 redis.call('HSET', h, 'o', owner, 'n', 1, 'g', gid, 'x', now + ttl, 'f', ARGV[7])
+raise(p)
+redis.call('PEXPIREAT', h, math.max(now + ttl, tonumber(cur[7]) or 0))
 return {1, ARGV[7], 1, gid}
 `)
 
 // fenceScript writes a new grant's token to a master that granted it.
 //
-//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines
+//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines, fence key
 //	ARGV: owner, acquisition id, token, waiter id ("" for none)
 //
-// Replies 1 if the master still holds the grant (its fence is then at
-// least the token), else 0. The grant's waiter leaves the queues.
-var fenceScript = newScript(`
+// Replies 1 if the master still holds the grant (its fence and its fence
+// key are then at least the token), else 0. The grant's waiter leaves the
+// queues.
+var fenceScript = newScript(stateSource + `
+if bad then return bad end
 if ARGV[4] ~= '' then
   for k = 2, 5 do
     redis.call('ZREM', KEYS[k], ARGV[4])
@@ -127,6 +220,7 @@ if cur[1] == ARGV[1] and cur[2] == ARGV[2] and (tonumber(cur[3]) or 0) > now the
   if (tonumber(cur[4]) or 0) < tonumber(ARGV[3]) then
     redis.call('HSET', KEYS[1], 'f', ARGV[3])
   end
+  raise(tonumber(ARGV[3]))
   return 1
 end
 return 0
@@ -138,21 +232,28 @@ return 0
 // hold again, so that a hold granted by a bare quorum spreads to the other
 // masters and survives the loss of one of them.
 //
-//	KEYS: lock hash
+// The fence of a lock without a hash is its fence key's.
+//
+//	KEYS: lock hash, fence key
 //	ARGV: owner, token, ttl ms, acquisition id
 //
 // Replies 1, or 0 when the master does not hold it.
-var renewScript = newScript(`
-local cur = redis.call('HMGET', KEYS[1], 'o', 'f', 'x')
+var renewScript = newScript(stateSource + `
+if bad then return bad end
+local cur = redis.call('HMGET', h, 'o', 'f', 'x')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local live = cur[1] and (tonumber(cur[3]) or 0) > now
+local x = now + tonumber(ARGV[3])
 if live and cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-  redis.call('HSET', KEYS[1], 'x', now + tonumber(ARGV[3]))
+  redis.call('HSET', h, 'x', x)
+  keep(now, x)
   return 1
 end
-if not live and (tonumber(cur[2]) or 0) <= tonumber(ARGV[2]) then
-  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', 1, 'g', ARGV[4], 'x', now + tonumber(ARGV[3]), 'f', ARGV[2])
+if not live and (tonumber(cur[2]) or hw) <= tonumber(ARGV[2]) then
+  redis.call('HSET', h, 'o', ARGV[1], 'n', 1, 'g', ARGV[4], 'x', x, 'f', ARGV[2])
+  raise(tonumber(ARGV[2]))
+  keep(now, x)
   return 1
 end
 return 0
@@ -177,7 +278,7 @@ end
 // the token as its fence or the acquisition id (a grant that was never
 // fenced there). When the lock frees it publishes on the lock's channel.
 //
-//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines
+//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines, fence key
 //	ARGV: owner, token ("" for none), acquisition id, channel, waiter id ("" for none), floor ("" for none), promise ms
 //
 // Replies {1, count left}, or {0} when the master does not hold it. The
@@ -199,9 +300,11 @@ end
 // a failed attempt to its highest proposed token. So an acquisition or
 // renewal of that hold still on its way to the master (it was paused, or
 // the link was slow) is refused when it arrives after the release,
-// instead of making a hold nobody releases.
-var releaseScript = newScript(notifySource + `
-local h = KEYS[1]
+// instead of making a hold nobody releases. The floor goes to the fence
+// key, and to f while the hash stays. A lock left free and promised to
+// nobody loses its hash.
+var releaseScript = newScript(notifySource + stateSource + `
+if bad then return bad end
 local queued = {}
 local wasHead = false
 for k = 2, 4, 2 do
@@ -214,11 +317,23 @@ for k = 2, 4, 2 do
     redis.call('ZREM', KEYS[k + 1], ARGV[5])
   end
 end
-local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p')
+local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p', 'pt')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local live = cur[1] and (tonumber(cur[4]) or 0) > now
 local floor = tonumber(ARGV[6])
+local pt = tonumber(cur[7]) or 0
+-- settle keeps the hash of a free lock while it is promised, else drops
+-- it (with the fence raised to its f and the floor).
+local function settle()
+  raise(floor)
+  if redis.call('EXISTS', h) == 0 then return end
+  if pt > now then
+    keep(now, pt)
+  else
+    drop(tonumber(redis.call('HGET', h, 'f')))
+  end
+end
 local function handoff()
   local head = ''
   for k = 2, 4, 2 do
@@ -230,17 +345,19 @@ local function handoff()
       end
       head = redis.call('ZRANGE', KEYS[k], 0, 0)[1] or ''
       if k == 4 and head ~= '' then
-        redis.call('HSET', h, 'p', head, 'pt', now + tonumber(ARGV[7]))
+        pt = now + tonumber(ARGV[7])
+        redis.call('HSET', h, 'p', head, 'pt', pt)
       end
     end
   end
   if head == '' and cur[6] then
     redis.call('HDEL', h, 'p', 'pt')
+    pt = 0
   end
   notify(ARGV[4], head)
 end
 if not (live and cur[1] == ARGV[1] and (ARGV[2] ~= '' and cur[5] == ARGV[2] or cur[3] == ARGV[3])) then
-  if not live and floor and (tonumber(cur[5]) or 0) < floor then
+  if not live and floor and cur[5] and tonumber(cur[5]) < floor then
     redis.call('HSET', h, 'f', ARGV[6])
   end
   if not live and (wasHead or (ARGV[5] ~= '' and cur[6] == ARGV[5])) then
@@ -248,6 +365,7 @@ if not (live and cur[1] == ARGV[1] and (ARGV[2] ~= '' and cur[5] == ARGV[2] or c
     -- it goes to the next one.
     handoff()
   end
+  if not live then settle() end
   return {0}
 end
 local n = tonumber(cur[2]) - 1
@@ -260,6 +378,7 @@ if floor and (tonumber(cur[5]) or 0) < floor then
   redis.call('HSET', h, 'f', ARGV[6])
 end
 handoff()
+settle()
 return {1, 0}
 `)
 
@@ -268,12 +387,14 @@ return {1, 0}
 // fair queue, or of the wait queue when there is no fair queue), tells the
 // next one.
 //
-//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines
+//	KEYS: lock hash, queue, deadlines, wait queue, its deadlines, fence key
 //	ARGV: waiter id, channel, promise ms
 //
 // Replies 1 if it was queued, else 0. A promise of the lock to the waiter
-// passes to the next head of the wait queue, or ends.
-var cancelScript = newScript(notifySource + `
+// passes to the next head of the wait queue, or ends; a free lock whose
+// promise ends loses its hash.
+var cancelScript = newScript(notifySource + stateSource + `
+if bad then return bad end
 local cur = redis.call('HMGET', KEYS[1], 'o', 'x', 'p')
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -288,8 +409,12 @@ for j = 2, 5 do
 end
 if cur[3] == ARGV[1] then
   local next = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local free = not cur[1] or (tonumber(cur[2]) or 0) <= now
   if next then
     redis.call('HSET', KEYS[1], 'p', next, 'pt', now + tonumber(ARGV[3]))
+    keep(now, now + tonumber(ARGV[3]))
+  elseif free then
+    drop(tonumber(redis.call('HGET', h, 'f')))
   else
     redis.call('HDEL', KEYS[1], 'p', 'pt')
   end

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/redisconn" // also: go-redis logs to slog
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -35,8 +38,13 @@ func init() {
 //	node_timeout=250ms   NodeTimeout (also the clients' dial timeout)
 //	drift_factor=0.01    DriftFactor
 //	db=0                 the database number on every master
+//	connect_timeout=10s  how long OpenURL waits for a quorum of masters to
+//	                     answer (see dlock.DefaultConnectTimeout)
 //
-// The options in opts come after those of the URL. dlock.Open calls it for
+// OpenURL pings every master and fails, with an error that matches
+// [dlock.ErrBackendUnavailable] and [dlock.ErrNoQuorum] and says why each
+// silent master failed, unless a quorum answers within connect_timeout
+// (and ctx). The options in opts come after those of the URL. dlock.Open calls it for
 // the redlock and redlocks schemes.
 func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
 	u, err := url.Parse(rawURL)
@@ -50,7 +58,7 @@ func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Backend, erro
 	return openURL(ctx, u, opts)
 }
 
-func openURL(_ context.Context, u *url.URL, extra []Option) (*Backend, error) {
+func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) {
 	bad := func(format string, args ...any) (*Backend, error) {
 		return nil, fmt.Errorf("%w: %s", dlock.ErrInvalidOption, fmt.Sprintf(format, args...))
 	}
@@ -66,7 +74,12 @@ func openURL(_ context.Context, u *url.URL, extra []Option) (*Backend, error) {
 	var opts []Option
 	nodeTimeout := DefaultNodeTimeout
 	db := 0
-	for k, vs := range u.Query() {
+	q := u.Query()
+	timeout, err := connect.Take(q, dlock.DefaultConnectTimeout)
+	if err != nil {
+		return bad("%v", err)
+	}
+	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
 		case "key_prefix":
@@ -118,6 +131,7 @@ func openURL(_ context.Context, u *url.URL, extra []Option) (*Backend, error) {
 		pass, _ = u.User.Password()
 	}
 	var clients []*goredis.Client
+	var probes []*connect.Probe
 	for _, a := range addrs {
 		o := &goredis.Options{
 			Addr: a, Username: user, Password: pass, DB: db,
@@ -127,7 +141,10 @@ func openURL(_ context.Context, u *url.URL, extra []Option) (*Backend, error) {
 		if u.Scheme == "redlocks" {
 			o.TLSConfig = tlsConfig(a)
 		}
-		clients = append(clients, goredis.NewClient(o))
+		c := goredis.NewClient(o)
+		p := new(connect.Probe)
+		c.AddHook(redisconn.Probe(p))
+		clients, probes = append(clients, c), append(probes, p)
 	}
 	b, err := New(clients, opts...)
 	if err != nil {
@@ -137,5 +154,48 @@ func openURL(_ context.Context, u *url.URL, extra []Option) (*Backend, error) {
 		return nil, err
 	}
 	b.owned = true
+	if err := b.reachQuorum(ctx, timeout, probes); err != nil {
+		b.Close()
+		return nil, err
+	}
 	return b, nil
+}
+
+// reachQuorum pings every master until a quorum has answered, or so
+// many have failed that none can be reached, within timeout and ctx.
+func (b *Backend) reachQuorum(ctx context.Context, timeout time.Duration, probes []*connect.Probe) error {
+	ctx, cancel := connect.Bound(ctx, timeout)
+	defer cancel()
+	errs := make(chan error, len(b.nodes))
+	for i, c := range b.nodes {
+		go func() {
+			err := c.Ping(ctx).Err()
+			if err != nil {
+				server := redisconn.Server
+				server.Backend = "master"
+				err = server.Explain(ctx, b.addrs[i], probes[i], err)
+			}
+			probes[i].Done()
+			errs <- err
+		}()
+	}
+	var failed []string
+	ok, n := 0, 0
+	for ; n < len(b.nodes) && ok < b.quorum && len(failed) <= len(b.nodes)-b.quorum; n++ {
+		if err := <-errs; err != nil {
+			failed = append(failed, err.Error())
+		} else {
+			ok++
+		}
+	}
+	cancel()
+	for ; n < len(b.nodes); n++ {
+		<-errs
+	}
+	if ok >= b.quorum {
+		return nil
+	}
+	slices.Sort(failed)
+	return fmt.Errorf("%s: %w: %w: %d of %d masters failed, %d must answer: %s", b.desc, dlock.ErrBackendUnavailable, dlock.ErrNoQuorum,
+		len(failed), len(b.nodes), b.quorum, strings.Join(failed, "; "))
 }

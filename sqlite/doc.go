@@ -7,7 +7,13 @@
 //
 // or, with the package imported, dlock.Open(ctx, "sqlite:///var/lib/myapp/locks.db").
 //
-// # Guarantee
+// # Maximum TTL
+//
+// A TTL is sent as whole milliseconds (rounded up, without overflow) and
+// added to the database's clock. The longest TTL is [dlock.MaxTTL] (24 h),
+// the Client's ceiling: the lease table has no tighter limit of its own.
+//
+// # Guarantees
 //
 // Exclusion rests on SQLite's file locking and the database's clock: a
 // grant is a row in a lease table written under SQLite's write lock, and
@@ -16,11 +22,49 @@
 // file. It does not hold on network filesystems (NFS, SMB, most FUSE
 // mounts): their locking and the shared memory that WAL mode needs are
 // unreliable — use a server backend there. A step of the host's wall clock
-// moves every lease's expiry with it. Fencing tokens come from a counter
-// per lock name that is kept in the same row for the life of the file;
+// moves every lease's expiry with it: a forward step by more than a
+// lease's remaining TTL makes it look expired at once, and the next
+// acquirer takes it over (token + 1) while the first holder's Client still
+// reports its lease valid until its next renewal fails (within TTL/3, at
+// the latest at [dlock.Lease.Deadline]); for that time two owners believe
+// they hold the lock, and only a resource that checks fencing tokens
+// rejects the older one. A backward step lengthens every lease by the
+// step. Fencing tokens strictly increase per
+// lock name for the life of the file (see State kept, below);
 // with the default synchronous=FULL they survive power loss as well as
 // crashes. As everywhere in dlock, a process that is paused past its
 // lease can still act on it: pass [dlock.Lease.Token] to the resource.
+//
+// SQLite keeps any value in any column. Rows that dlock did not write — a
+// token, count or expiry that is not an integer, a token at 2^63-1 (which
+// has no successor: SQLite would turn token + 1 into a REAL), a count out
+// of range, an owner without holds or holds without an owner, waiter rows
+// with no owner or an expiry that is not an integer — are never taken over
+// or re-entered: TryLock and Lock fail with dlock.ErrForeignData naming
+// the table and row, nothing is written, and Inspect (`dlock status`)
+// lists them with LockInfo.Bad.
+//
+// # State kept, and for how long
+//
+// While held: one lease row . While waited on: the row, plus one waiter row
+// per fair waiter (refreshed while it waits; a dead waiter's row expires
+// after the waiter timeout); plain waiters keep nothing in the database.
+// After release: nothing — the releasing statement deletes the row when no
+// waiter row has its name (a trigger, so the release stays one
+// UPDATE). A holder that died leaves its row until it expires; then
+// the next sweep deletes it (one acquisition or release in 64 of each
+// Backend sweeps up to 256 expired or free rows and 256 expired waiter
+// rows, and keeps sweeping while it finds full batches), so a killed
+// holder's 10,000 rows are gone after about 64 + 40 operations of any
+// Backend on the table. [Backend.Reclaim] sweeps at once. Tokens: the
+// fence table ("dlock_locks_fence", one row: SQLite writes one transaction
+// at a time) keeps the largest token of the deleted rows; an AFTER DELETE
+// trigger raises it in the deleting statement, and a new row's token is
+// the mark + 1. So tokens of a
+// name strictly increase for the life of the tables, as long as every
+// process runs this version (an older one would start a reclaimed name at
+// token 1) and the triggers stay. [Migrate] adds the fence table to a
+// table of an earlier version, its marks at the largest token there.
 //
 // # Opening
 //
@@ -55,7 +99,8 @@
 //	sqlite://./relative/locks.db  the same ("." or ".." as the host)
 //
 // with options as query parameters: table=NAME, busy_timeout=DURATION,
-// waiter_timeout=DURATION, synchronous=FULL|NORMAL|EXTRA, e.g.
+// waiter_timeout=DURATION, synchronous=FULL|NORMAL|EXTRA, connect_timeout=DURATION
+// (see [ConnectTimeout]), e.g.
 // "sqlite:///var/lib/app/locks.db?table=app_locks&busy_timeout=10s".
 // Any other host, parameter or value is [dlock.ErrInvalidOption].
 //

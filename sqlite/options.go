@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 )
 
@@ -36,6 +37,7 @@ type config struct {
 	busyTimeout   time.Duration
 	waiterTimeout time.Duration
 	synchronous   string
+	connect       time.Duration
 	privateLocal  bool // tests: no in-process sharing between Backends
 
 	openOnly []string
@@ -43,7 +45,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{table: DefaultTable, busyTimeout: DefaultBusyTimeout, synchronous: "FULL"}
+	return config{table: DefaultTable, busyTimeout: DefaultBusyTimeout, synchronous: "FULL", connect: dlock.DefaultConnectTimeout}
 }
 
 // Table sets the lease table's name (default [DefaultTable]); the fair
@@ -73,6 +75,21 @@ func BusyTimeout(d time.Duration) Option {
 			return
 		}
 		c.busyTimeout = d
+	})
+}
+
+// ConnectTimeout bounds how long Open waits to get the file into use (its
+// switch to WAL mode waits out other processes that hold it) (default
+// [dlock.DefaultConnectTimeout]; 0: no limit but the context's). Open
+// only.
+func ConnectTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.openOnly = append(c.openOnly, "ConnectTimeout")
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
+			return
+		}
+		c.connect = d
 	})
 }
 

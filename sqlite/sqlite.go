@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
@@ -112,7 +113,13 @@ func open(ctx context.Context, path string, opts []Option) (*Backend, error) {
 	}
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(time.Minute)
-	if err := setWAL(ctx, db); err != nil {
+	wctx, cancel := connect.Bound(ctx, cfg.connect)
+	err = setWAL(wctx, db)
+	if err != nil && wctx.Err() != nil {
+		err = fmt.Errorf("%w (%w)", err, context.Cause(wctx))
+	}
+	cancel()
+	if err != nil {
 		db.Close()
 		return nil, openError(abs, "cannot use the file as a database", err)
 	}
@@ -233,8 +240,9 @@ func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, f
 	return &Backend{e: e, desc: desc}, nil
 }
 
-// Migrate creates the lease table and the waiters table in db if they do
-// not exist (the Table option names them), as Open and New do on first
+// Migrate creates the lease table, the waiters table, the fence table
+// and the triggers in db if they do not exist, and adds missing fence
+// rows (the Table option names them), as Open and New do on first
 // use; it is safe to run from several processes at once. `dlock migrate`
 // uses it to create them ahead of time.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
@@ -279,8 +287,17 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	return b.e.Release(ctx, h)
 }
 
+// Reclaim deletes now the state of every free name: lease rows that are
+// free, or expired with their holder gone, and have no waiter rows, and
+// expired waiter rows. The backend does the same within its normal
+// operations (see the package doc); Reclaim is for a sweep on demand. It
+// returns the number of lease rows deleted. Tokens stay strictly
+// increasing: a deleted row's token is kept in the fence table.
+func (b *Backend) Reclaim(ctx context.Context) (int, error) { return b.e.Reclaim(ctx) }
+
 // Inspect lists the held locks whose names start with prefix; see
-// [dlock.Inspector]. Waiters counts the fair waiters.
+// [dlock.Inspector]. Waiters is -1 (unknown): non-fair waiters are not
+// registered in the store; Queued counts the fair waiters.
 func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	return b.e.Inspect(ctx, prefix)
 }

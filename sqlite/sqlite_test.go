@@ -19,6 +19,8 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/sqllock"
+	"github.com/dlock-dev/dlock/internal/sqllock/sqllocktest"
 	"github.com/dlock-dev/dlock/sqlite"
 	"go.uber.org/goleak"
 )
@@ -49,7 +51,35 @@ func openFactory(path string, opts ...sqlite.Option) dlocktest.Factory {
 }
 
 func TestConformance(t *testing.T) {
-	dlocktest.Run(t, openFactory(filepath.Join(t.TempDir(), "locks.db")))
+	path := filepath.Join(t.TempDir(), "locks.db")
+	dlocktest.Run(t, openFactory(path), foreign(t, path, sqllock.DefaultTable), reclaim(t, path, sqllock.DefaultTable))
+}
+
+// reclaim is the suite's hook to force a sweep of the lease table table
+// (through a Backend of its own) and count its rows.
+func reclaim(t *testing.T, path, table string) dlocktest.Option {
+	b, err := sqlite.Open(path, sqlite.Table(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return sqllocktest.Reclaim(db, table, b.Reclaim)
+}
+
+// foreign is the suite's hook to plant foreign data in the lease table
+// table of the database file at path, through a *sql.DB of its own.
+func foreign(t *testing.T, path, table string) dlocktest.Option {
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return sqllocktest.Foreign(db, "sqlite", table)
 }
 
 // TestConformanceCrossProcessWake gives every Backend in-process state of
@@ -76,13 +106,15 @@ func TestConformanceSharedDB(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 		return b
-	})
+	}, foreign(t, path, "shared_db_locks"))
 	if err := db.Ping(); err != nil {
 		t.Fatalf("the caller's DB after the Backends closed: %v", err)
 	}
+	// The tables were made through the caller's DB: the fence table has
+	// its one row. (Released names leave no lease row.)
 	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM shared_db_locks`).Scan(&n); err != nil || n == 0 {
-		t.Fatalf("lease table through the caller's DB: %d rows, %v", n, err)
+	if err := db.QueryRow(`SELECT COUNT(*) FROM shared_db_locks_fence`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("fence table through the caller's DB: %d rows, %v", n, err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 )
 
 func init() {
@@ -73,8 +74,14 @@ func ParseURL(u *url.URL) (path string, opts []Option, err error) {
 			} else {
 				opts = append(opts, WaiterTimeout(d))
 			}
+		case connect.Param:
+			d, err := connect.ParseTimeout(v)
+			if err != nil {
+				return "", nil, invalid("URL parameter %v", err)
+			}
+			opts = append(opts, ConnectTimeout(d))
 		default:
-			return "", nil, invalid("unknown URL parameter %q (known: %s)", k, strings.Join([]string{"busy_timeout", "synchronous", "table", "waiter_timeout"}, ", "))
+			return "", nil, invalid("unknown URL parameter %q (known: %s)", k, strings.Join([]string{"busy_timeout", connect.Param, "synchronous", "table", "waiter_timeout"}, ", "))
 		}
 	}
 	return path, opts, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -81,7 +82,9 @@ func newBackend(cfg config, desc string) *Backend {
 }
 
 // Connect connects to the ZooKeeper servers ("host:port"), waits until a
-// session is established or ctx is done, and returns a Backend that owns
+// session is established, ctx is done or the [ConnectTimeout] has passed
+// (then the error matches [dlock.ErrBackendUnavailable] and says why),
+// and returns a Backend that owns
 // the connection: Close closes the session, which deletes every node the
 // backend still had.
 func Connect(ctx context.Context, servers []string, opts ...Option) (*Backend, error) {
@@ -106,6 +109,8 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Backend, e
 		return nil, fmt.Errorf("%w: zookeeper: %v", dlock.ErrInvalidOption, err)
 	}
 	b.conn, b.events = conn, events
+	octx, cancel := connect.Bound(ctx, cfg.connectTimeout)
+	defer cancel()
 	for {
 		b.mu.Lock()
 		ok, ch := b.sid != 0 && b.connected, b.changed
@@ -115,12 +120,16 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Backend, e
 		}
 		select {
 		case <-ch:
-		case <-ctx.Done():
+		case <-octx.Done():
+			// go-zookeeper waits for a handshake with no deadline but its
+			// own (ten read timeouts): close its connections under it.
 			b.cancel()
+			b.wire.probe.Abort()
 			b.closeConn()
-			return nil, fmt.Errorf("%w: zookeeper %s: no session: %w", dlock.ErrBackendUnavailable, strings.Join(servers, ","), ctx.Err())
+			return nil, zkServer.Explain(octx, strings.Join(servers, ","), &b.wire.probe, nil)
 		}
 	}
+	b.wire.probe.Done()
 	b.wg.Add(1)
 	go b.monitor()
 	return b, nil
@@ -168,6 +177,13 @@ func (b *Backend) SessionTimeout() time.Duration {
 	defer b.mu.Unlock()
 	return b.timeout
 }
+
+// MaxTTL implements [dlock.TTLLimiter]: the session timeout (at most
+// [dlock.MaxTTL]), so that the Client refuses a longer TTL before it
+// reaches ZooKeeper.
+func (b *Backend) MaxTTL() time.Duration { return min(b.SessionTimeout(), dlock.MaxTTL) }
+
+var _ dlock.TTLLimiter = (*Backend)(nil)
 
 // Close stops the backend's goroutines and, for a backend made by Connect,
 // closes the session: ZooKeeper then deletes at once every node the
@@ -257,6 +273,9 @@ func (b *Backend) Stats() Stats {
 	s.WatchEvents = b.wire.notify.Load()
 	return s
 }
+
+// zkServer names ZooKeeper in the errors of Connect.
+var zkServer = connect.Server{Backend: "zookeeper", Kind: "ZooKeeper"}
 
 // zkLogger sends go-zookeeper's log lines to slog at debug level.
 type zkLogger struct{ l *slog.Logger }

@@ -5,7 +5,7 @@
 //
 // Import it for the "zk" (and "zookeeper") URL scheme:
 //
-//	zk://host1:2181,host2:2181,host3:2181/chroot?session_timeout=30s&loss=session
+//	zk://host1:2181,host2:2181,host3:2181/chroot?session_timeout=30s&loss=session&connect_timeout=10s
 //
 // The path is the root under which the locks live (default "/dlock"); see
 // [ParseURL] for the parameters. [Connect] and [New] build a backend in
@@ -43,6 +43,16 @@
 // even after the container was reaped and the sequence numbers started
 // again at zero (which is why the sequence number is not the token).
 //
+// # Foreign nodes
+//
+// A lock child at the head of a queue that dlock did not write — content
+// that is not dlock's JSON with an owner and a count of at least 1, or a
+// node that is not ephemeral and so would hold the lock for ever — makes
+// TryLock and Lock fail with [dlock.ErrForeignData] naming the node; the
+// request's own node is withdrawn, so nothing is left changed. Inspect
+// lists such a lock with LockInfo.Bad set. Delete the node to free the
+// lock.
+//
 // # Reentrancy
 //
 // The holder's child stores {"owner": ..., "count": n}. A request whose
@@ -68,7 +78,9 @@
 // nodes one session timeout after it last heard from the client, so the
 // backend refuses a TTL (or an Extend) above the session timeout the
 // servers granted ([SessionTimeout], default 30 s, clamped by the servers'
-// min/maxSessionTimeout) with [dlock.ErrInvalidOption]. A shorter TTL is
+// min/maxSessionTimeout) with [dlock.ErrInvalidOption]: the backend is a
+// [dlock.TTLLimiter] whose maximum TTL is the session timeout (the Client
+// checks it before a request is sent). A shorter TTL is
 // enforced by the backend while the process lives (a hold its lease stopped
 // renewing for a TTL is released); if the process dies, its locks are
 // freed when its session expires, one session timeout later (at once when

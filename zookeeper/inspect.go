@@ -78,8 +78,11 @@ func (b *Backend) inspectOne(ctx context.Context, name, parent string) (dlock.Lo
 		if err != nil {
 			return dlock.LockInfo{}, false, b.unavailable("read "+parent, err)
 		}
-		d := decodeData(r.data)
-		return dlock.LockInfo{Name: name, Owner: d.Owner, Token: uint64(r.stat.Czxid), Count: d.Count, Waiters: len(q) - 1}, true, nil
+		d, bad := parseData(r.data, r.stat)
+		if bad != "" {
+			bad = "node " + parent + "/" + q[0].name + ": " + bad
+		}
+		return dlock.LockInfo{Name: name, Owner: d.Owner, Token: uint64(r.stat.Czxid), Count: d.Count, Waiters: len(q) - 1, Bad: bad}, true, nil
 	}
 	return dlock.LockInfo{}, false, nil
 }

@@ -326,7 +326,10 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		if !found {
 			continue // all ahead left: list again
 		}
-		d := decodeData(r.data)
+		d, bad := parseData(r.data, r.stat)
+		if bad != "" {
+			return dlock.Grant{}, b.foreign(holder, bad)
+		}
 		if d.Owner == w.req.Owner {
 			g, err := w.reenter(ctx, holder, r.stat, d, start)
 			if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
@@ -359,6 +362,13 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		return dlock.Grant{}, held
 	}
 	return dlock.Grant{}, b.unavailable("acquire "+w.parent, errors.New("the queue kept changing"))
+}
+
+// foreign is the error of an acquisition whose queue is headed by node,
+// a node dlock did not write (see parseData). The caller withdraws its own
+// node, so that nothing is left changed.
+func (b *Backend) foreign(node, why string) error {
+	return fmt.Errorf("%w: node %s holds data that dlock did not write: %s; nothing was changed", dlock.ErrForeignData, node, why)
 }
 
 // grant makes the waiter's node the hold.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // escape turns a lock name into one ZooKeeper path component: ASCII
@@ -95,6 +97,34 @@ type nodeData struct {
 func encodeData(owner string, count int) []byte {
 	b, _ := json.Marshal(nodeData{Owner: owner, Count: count})
 	return b
+}
+
+// parseData reads a lock child's data strictly, for the holder's node that
+// an acquisition or Inspect looks at: anything but dlock's JSON with an
+// owner and a count of at least 1 is foreign data, and so is a node that
+// is not ephemeral (dlock's nodes live with their session; any other
+// would hold the lock for ever). It says what is wrong.
+func parseData(b []byte, st *zk.Stat) (nodeData, string) {
+	var d nodeData
+	switch err := json.Unmarshal(b, &d); {
+	case err != nil:
+		return d, fmt.Sprintf("its content %s is not dlock's JSON", quoteCut(b))
+	case d.Owner == "":
+		return d, "it names no owner"
+	case d.Count < 1:
+		return d, fmt.Sprintf("its count %d is below 1", d.Count)
+	case st != nil && st.EphemeralOwner == 0:
+		return d, "it is not ephemeral"
+	}
+	return d, ""
+}
+
+// quoteCut quotes b, cut to a readable length, for a message.
+func quoteCut(b []byte) string {
+	if len(b) > 64 {
+		return strconv.Quote(string(b[:61])) + "..."
+	}
+	return strconv.Quote(string(b))
 }
 
 func decodeData(b []byte) nodeData {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -69,6 +70,7 @@ type config struct {
 	loss           LossPolicy
 	acl            []zk.ACL
 	logger         *slog.Logger
+	connectTimeout time.Duration
 	errs           []string
 }
 
@@ -78,6 +80,7 @@ func defaultConfig() config {
 		sessionTimeout: DefaultSessionTimeout,
 		acl:            zk.WorldACL(zk.PermAll),
 		logger:         slog.Default(),
+		connectTimeout: dlock.DefaultConnectTimeout,
 	}
 }
 
@@ -138,6 +141,18 @@ func SessionTimeout(d time.Duration) Option {
 	})
 }
 
+// ConnectTimeout bounds how long Connect waits for a session (default
+// [dlock.DefaultConnectTimeout]; 0: only ctx bounds it).
+func ConnectTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
+			return
+		}
+		c.connectTimeout = d
+	})
+}
+
 // Loss sets which connection events end the leases of the session (default
 // [LossOnSessionEnd]).
 func Loss(p LossPolicy) Option {
@@ -180,8 +195,9 @@ func Logger(l *slog.Logger) Option {
 //
 // Hosts without a port get 2181. The path is the Root (default
 // [DefaultRoot]). Query parameters: session_timeout (a Go duration, see
-// [SessionTimeout]) and loss ("session", the default, or "disconnect"; see
-// [LossPolicy]). User information and unknown parameters are refused with
+// [SessionTimeout]), loss ("session", the default, or "disconnect"; see
+// [LossPolicy]) and connect_timeout (see [dlock.DefaultConnectTimeout] and
+// [ConnectTimeout]). User information and unknown parameters are refused with
 // [dlock.ErrInvalidOption].
 func ParseURL(u *url.URL) ([]string, []Option, error) {
 	bad := func(format string, args ...any) ([]string, []Option, error) {
@@ -229,6 +245,13 @@ func ParseURL(u *url.URL) ([]string, []Option, error) {
 				continue
 			}
 			opts = append(opts, SessionTimeout(d))
+		case connect.Param:
+			d, err := connect.ParseTimeout(v)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			opts = append(opts, ConnectTimeout(d))
 		case "loss":
 			switch v {
 			case "session":
@@ -239,7 +262,7 @@ func ParseURL(u *url.URL) ([]string, []Option, error) {
 				errs = append(errs, fmt.Errorf("loss=%q: want session or disconnect", v))
 			}
 		default:
-			errs = append(errs, fmt.Errorf("unknown parameter %q (known: session_timeout, loss)", k))
+			errs = append(errs, fmt.Errorf("unknown parameter %q (known: session_timeout, loss, connect_timeout)", k))
 		}
 	}
 	cfg := defaultConfig()

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/connect"
 )
 
 // wire watches the bytes of the connections that a Backend made with
@@ -33,6 +35,11 @@ type wire struct {
 
 	ops    [opSlots]atomic.Int64
 	notify atomic.Int64
+
+	// probe watches the connections until the first session, so that a
+	// failed Connect can say why and close what go-zookeeper still
+	// waits on.
+	probe connect.Probe
 }
 
 // opSlots covers the opcodes that go-zookeeper sends, mapped by opSlot.
@@ -82,7 +89,7 @@ func (w *wire) lastAlive() time.Time {
 
 // dial is the zk.Dialer of a Backend's own connection.
 func (w *wire) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, addr, timeout)
+	c, err := w.probe.DialTimeout(network, addr, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("Connect: %v", err)
 		}
 		return b
-	})
+	}, foreignHook(connect(t, []string{srv.Addr()}, zookeeper.Root("/conformance"))))
 }
 
 // zkServer starts a standalone ZooKeeper server for the test; it skips

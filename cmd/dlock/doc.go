@@ -3,15 +3,18 @@
 //
 // Usage:
 //
-//	dlock run [--url URL] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]
-//	dlock status [--url URL] [--prefix P]
-//	dlock migrate [--url URL]
+//	dlock run [--url URL] [--connect-timeout D] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]
+//	dlock status [--url URL] [--connect-timeout D] [--prefix P]
+//	dlock migrate [--url URL] [--connect-timeout D]
 //	dlock help [COMMAND]
 //
 // The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite
 // file in the user's state directory,
 // sqlite://$XDG_STATE_HOME/dlock/locks.db (or ~/.local/state/dlock/locks.db),
-// which coordinates the processes of one host.
+// which coordinates the user's own processes on one host: another user, and
+// root under sudo, have a file of their own. 'dlock help run' shows how to
+// set up a database that every user of a host shares, for locks like
+// flock(1)'s on a shared file.
 //
 // # dlock run
 //
@@ -29,6 +32,13 @@
 // COMMAND runs. If it is lost nonetheless — the backend gave the lock away
 // or could not be reached before the lease ran out — dlock sends SIGTERM to
 // COMMAND's process group, SIGKILL after --grace, and exits 4.
+// If dlock itself dies (kill -9, the OOM killer), COMMAND's process group
+// dies with it before the lock can be granted again: a guard process (a
+// second dlock) joins the group before COMMAND starts and kills it with
+// SIGKILL when dlock is gone, and on Linux COMMAND also has
+// PR_SET_PDEATHSIG(SIGKILL). Processes
+// that leave the group (setsid, setpgid) are not killed; 'dlock help run'
+// lists the other limits.
 // SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to dlock are passed on to
 // COMMAND's process group, except those that dlock was started with
 // ignored (SIGHUP under nohup), which stay ignored by both; the lock is
@@ -42,8 +52,9 @@
 //	       or dlock got signal N while it was waiting for the lock
 //	2      usage error: a bad flag, URL, lock name, owner or TTL
 //	3      the lock is busy: not acquired within --wait
-//	4      the lease was lost while COMMAND ran; COMMAND was terminated
-//	       (or had just exited)
+//	4      the lock was not held throughout: the lease was lost while
+//	       COMMAND ran (COMMAND was terminated, or had just exited), or the
+//	       release found the lock taken over by another owner
 //	5      backend error: the backend cannot be opened or does not answer
 //	126    COMMAND cannot be executed (for example permission denied)
 //	127    COMMAND was not found

@@ -39,6 +39,8 @@ func TestBadInput(t *testing.T) {
 			[]string{`lock "x" on mem`, "TTL 10ms is below the minimum 100ms"}},
 		{"not a duration", []string{"run", "--url", "mem://", "--name", "x", "--ttl", "soon", "--", "true"}, 2,
 			[]string{`"soon" is not a duration`}},
+		{"TTL too long", []string{"run", "--url", "mem://", "--name", "x", "--ttl", "2562047h", "--", "true"}, 2,
+			[]string{`lock "x" on mem`, "invalid option", "TTL 2562047h0m0s is above the maximum 24h0m0s of mem"}},
 		{"negative wait", []string{"run", "--url", "mem://", "--name", "x", "--wait", "-1s", "--", "true"}, 2,
 			[]string{"--wait -1s is negative"}},
 		{"empty owner", []string{"run", "--url", "mem://", "--name", "x", "--owner", "", "--", "true"}, 2,

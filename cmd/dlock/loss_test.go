@@ -104,3 +104,40 @@ func TestLeaseLostCommandKilledAfterGrace(t *testing.T) {
 	}
 	checkLost(t, p, "", "did not exit within --grace 300ms; sending SIGKILL", "killed by signal 9")
 }
+
+// The lease is taken over while the command runs, and the command exits
+// before a renewal notices: the loss shows only at the release. The hold
+// was not continuous, so dlock exits 4, not with the command's status.
+func TestLeaseLostFoundAtUnlock(t *testing.T) {
+	u := sqliteURL(t)
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+	// A TTL of 1m renews every 20s: the command is long gone by then.
+	p := start(t, nil, "run", "--url", u, "--name", "job", "--ttl", "1m", "--",
+		"sh", "-c", `echo ready > "$0"; while [ ! -e "$1" ]; do sleep 0.02; done`, ready, goOn)
+	waitFile(t, ready, p)
+	db, err := sql.Open("sqlite", pu.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE dlock_locks SET owner = 'thief', token = token + 1 WHERE name = 'job'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(goOn, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(); code != 4 {
+		t.Fatalf("exit code %d, want 4; stderr:\n%s", code, p.stderr.String())
+	}
+	stderr := p.stderr.String()
+	for _, w := range []string{`lock "job"`, "lease lost", `lost lock "job" before sh's release`, "exit status 4"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr does not contain %q:\n%s", w, stderr)
+		}
+	}
+}

@@ -23,7 +23,7 @@ const (
 	exitFailure   = 1   // a failure with no code of its own (status: cannot list)
 	exitUsage     = 2   // bad flags, URL, name, owner or TTL
 	exitBusy      = 3   // not acquired within --wait
-	exitLost      = 4   // the lease was lost while the command ran
+	exitLost      = 4   // the lock was not held throughout the command's run
 	exitBackend   = 5   // the backend cannot be opened or does not answer
 	exitNoExec    = 126 // the command cannot be executed
 	exitNotFound  = 127 // the command was not found
@@ -31,6 +31,15 @@ const (
 )
 
 func main() {
+	switch {
+	case len(os.Args) == 2 && os.Args[1] == guardArg:
+		os.Exit(runGuard())
+	case len(os.Args) > 1 && os.Args[1] == gateArg:
+		os.Exit(runGate(os.Args[2:]))
+	}
+	if code, ok := verifyWorker(); ok {
+		os.Exit(code)
+	}
 	os.Exit(dlockMain(os.Args[1:], &env{
 		stdin:  os.Stdin,
 		stdout: os.Stdout,
@@ -69,7 +78,7 @@ type command struct {
 var commands []*command // filled by the init functions of run.go, status.go and migrate.go
 
 // commandOrder is the order of the commands in the overview.
-var commandOrder = []string{"run", "status", "migrate"}
+var commandOrder = []string{"run", "status", "migrate", "verify"}
 
 // sortCommands puts commands in commandOrder.
 func sortCommands() {
@@ -154,6 +163,7 @@ Commands:
   run      run a command while holding a lock
   status   list the locks held on a backend
   migrate  create the tables of an SQL backend ahead of first use
+  verify   prove the lock's guarantees on a store under injected faults
   help     show this text, or a command's flags and exit codes
 
 %s
@@ -164,7 +174,9 @@ Run 'dlock help run' for the exit codes of dlock run.
 func backendHelp() string {
 	return fmt.Sprintf(`The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite file
 in your state directory, sqlite://$XDG_STATE_HOME/dlock/locks.db (or
-~/.local/state/dlock/locks.db), which coordinates the processes of one host.
+~/.local/state/dlock/locks.db), which coordinates your own processes on this
+host: another user, and root under sudo, have their own ('dlock help run'
+shows how to share a lock among all users of a host).
 URL schemes built in: %s.
 `, strings.Join(dlock.Schemes(), ", "))
 }
@@ -225,15 +237,27 @@ func cliLogger(w io.Writer, verbose bool) *slog.Logger {
 	}))
 }
 
-// openClient opens the backend named by url (see backendURL) and reports a
-// failure on stderr, returning the exit code to use.
-func openClient(ctx context.Context, e *env, rawURL string, verbose bool) (*dlock.Client, string, int) {
+// openClient opens the backend named by url (see backendURL), with
+// connect as its connect_timeout when set, and reports a failure on
+// stderr, returning the URL and the exit code to use.
+func openClient(ctx context.Context, e *env, rawURL string, connect optDuration, verbose bool) (*dlock.Client, string, int) {
 	u, err := backendURL(rawURL, e.getenv)
 	if err != nil {
 		e.errorf("%v", err)
 		return nil, "", exitBackend
 	}
-	c, err := dlock.Open(ctx, u, dlock.WithLogger(cliLogger(e.stderr, verbose)))
+	open := u
+	if connect.set {
+		if open, err = withConnectTimeout(u, connect.d); err != nil {
+			e.errorf("%v", err)
+			return nil, u, exitUsage
+		}
+	}
+	logger := cliLogger(e.stderr, verbose)
+	// The drivers' own lines (go-redis, the MySQL driver) go to
+	// slog.Default() at debug level: shown with --verbose only.
+	slog.SetDefault(logger)
+	c, err := dlock.Open(ctx, open, dlock.WithLogger(logger))
 	if err != nil {
 		e.errorf("%v", err)
 		return nil, u, errorCode(err)

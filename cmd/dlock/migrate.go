@@ -17,10 +17,10 @@ const migrateTimeout = 2 * time.Minute
 func init() {
 	commands = append(commands, &command{
 		name:     "migrate",
-		synopsis: "dlock migrate [--url URL]",
+		synopsis: "dlock migrate [--url URL] [--connect-timeout D]",
 		usage:    migrateUsage,
 		flags:    migrateFlagSet,
-		order:    []string{"url URL", "verbose"},
+		order:    []string{"url URL", "connect-timeout D", "verbose"},
 		run:      runMigrate,
 	})
 }
@@ -51,12 +51,13 @@ Exit status:
 
 type migrateFlags struct {
 	url     string
+	connect optDuration
 	verbose bool
 }
 
 func migrateFlagSet(fs *flag.FlagSet) any {
 	f := &migrateFlags{}
-	urlFlag(fs, &f.url)
+	urlFlag(fs, &f.url, &f.connect)
 	fs.BoolVar(&f.verbose, "verbose", false, "log the library's details on stderr")
 	return f
 }
@@ -73,7 +74,7 @@ func runMigrate(ctx context.Context, e *env, opts any, args []string) int {
 		e.errorf("%v", err)
 		return exitBackend
 	}
-	client, _, code := openClient(ctx, e, withoutMigrateParam(raw), f.verbose)
+	client, _, code := openClient(ctx, e, withoutMigrateParam(raw), f.connect, f.verbose)
 	if client == nil {
 		return code
 	}

@@ -31,7 +31,7 @@ func TestMigrateSQLite(t *testing.T) {
 			t.Fatalf("run %d: exit %d, stdout %q, stderr %q", i+1, r.code, r.stdout, r.stderr)
 		}
 	}
-	for _, table := range []string{"jobs", "jobs_waiters"} {
+	for _, table := range []string{"jobs", "jobs_waiters", "jobs_fence"} {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n); err != nil || n != 1 {
 			t.Errorf("table %s: %d found, err %v", table, n, err)
@@ -74,7 +74,7 @@ func TestMigratePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 || rows[0][0] != "pg_jobs" || rows[1][0] != "pg_jobs_waiters" {
+	if len(rows) != 3 || rows[0][0] != "pg_jobs" || rows[1][0] != "pg_jobs_fence" || rows[2][0] != "pg_jobs_waiters" {
 		t.Errorf("tables after migrate: %v", rows)
 	}
 }
@@ -92,7 +92,7 @@ func TestMigrateMariaDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 || rows[0][0] != "my_jobs" || rows[1][0] != "my_jobs_waiters" {
+	if len(rows) != 3 || rows[0][0] != "my_jobs" || rows[1][0] != "my_jobs_fence" || rows[2][0] != "my_jobs_waiters" {
 		t.Errorf("tables after migrate: %v", rows)
 	}
 }

@@ -8,6 +8,13 @@ import (
 	"os/exec"
 )
 
+// guardArg and gateArg are the hidden arguments of the guard and the gate,
+// which exist only on Unix (see guard_unix.go); no argument matches these.
+const guardArg, gateArg = "\x00no guard", "\x00no gate"
+
+func runGuard() int        { return exitUsage }
+func runGate([]string) int { return exitUsage }
+
 // forwarded are the signals that dlock passes on to the command.
 var forwarded = []os.Signal{os.Interrupt}
 
@@ -35,6 +42,7 @@ func (c *child) signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
 func (c *child) terminate()                 { c.cmd.Process.Kill() }
 func (c *child) kill()                      { c.cmd.Process.Kill() }
 func (c *child) groupAlive() bool           { return false }
+func (c *child) standDown()                 {}
 
 func (c *child) exitCode() int {
 	if c.cmd.ProcessState != nil && c.cmd.ProcessState.ExitCode() >= 0 {

@@ -17,7 +17,13 @@ import (
 var forwarded = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM}
 
 // child is a command started in a process group of its own, whose leader
-// it is.
+// it is, under a guard.
+//
+// The guard is a second dlock process (see runGuard) in the command's group
+// that does nothing until dlock dies: then it kills the whole group, so
+// that neither the command nor what it started outlives dlock and runs on
+// while the lock is granted to someone else. On Linux the command also dies
+// by PR_SET_PDEATHSIG when dlock does.
 //
 // When dlock has a controlling terminal it also does what a shell does for
 // a job: if dlock is in the terminal's foreground when it starts the
@@ -29,7 +35,8 @@ var forwarded = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, sys
 // it is in the foreground again and continues the command. When the command
 // exits, dlock takes the terminal back.
 type child struct {
-	pid  int      // the command's pid and process group id
+	pid  int      // the command's pid
+	pgid int      // the command's process group: its pid
 	pgrp int      // dlock's own process group
 	tty  *os.File // dlock's controlling terminal, nil without one
 	// fgGiven says that the command's group was made the foreground of tty
@@ -40,13 +47,28 @@ type child struct {
 	done   chan struct{} // closed when the command has exited and been reaped
 	status syscall.WaitStatus
 	err    error // a failure to wait for the command, rare
+
+	guard *exec.Cmd // the guard; nil once stood down
+	alive *os.File  // the write end of the guard's pipe: its EOF says dlock died
 }
 
 // startChild starts cmd (whose Stdin, Stdout, Stderr must be nil or
-// *os.File) in a process group of its own.
+// *os.File) as the leader of a process group of its own, which a guard
+// joins before cmd runs (see child). The caller calls standDown once the
+// command has exited. The calling goroutine must stay locked to its OS
+// thread until then: the parent-death signal fires when the thread that
+// started the command exits, and Go ends a thread when a goroutine locked
+// to it exits.
 func startChild(cmd *exec.Cmd) (*child, error) {
 	c := &child{pgrp: syscall.Getpgrp(), done: make(chan struct{})}
+	// cmd runs as a gate first, a dlock that execs cmd once the guard is
+	// in its group: no moment when cmd runs unguarded.
+	gate, open, err := gateFor(cmd)
+	if err != nil {
+		return nil, err
+	}
 	attr := &syscall.SysProcAttr{Setpgid: true}
+	setPdeathsig(attr)
 	if tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0); err == nil {
 		c.tty = tty
 		if fg, err := tcgetpgrp(tty); err == nil && fg == c.pgrp {
@@ -55,8 +77,9 @@ func startChild(cmd *exec.Cmd) (*child, error) {
 			c.fgGiven = true
 		}
 	}
-	cmd.SysProcAttr = attr
-	err := cmd.Start()
+	gate.SysProcAttr = attr
+	err = gate.Start()
+	gate.ExtraFiles[0].Close()
 	if c.tty != nil {
 		// From here on dlock may be in the background of its terminal;
 		// it must not be stopped when it takes the terminal back or
@@ -64,7 +87,15 @@ func startChild(cmd *exec.Cmd) (*child, error) {
 		// command inherit the disposition.)
 		signal.Ignore(syscall.SIGTTOU)
 	}
+	if err == nil {
+		c.pid, c.pgid = gate.Process.Pid, gate.Process.Pid
+		if err = c.startGuard(); err != nil {
+			gate.Process.Kill()
+			gate.Wait()
+		}
+	}
 	if err != nil {
+		open.Close()
 		if c.tty != nil {
 			// The command's group may have become the foreground before
 			// exec failed.
@@ -73,8 +104,9 @@ func startChild(cmd *exec.Cmd) (*child, error) {
 		}
 		return nil, err
 	}
-	c.pid = cmd.Process.Pid
-	go c.wait(cmd.Process)
+	open.Write([]byte{'g'})
+	open.Close()
+	go c.wait(gate.Process)
 	return c, nil
 }
 
@@ -122,7 +154,7 @@ func (c *child) stopped(sig syscall.Signal) {
 	// been in it; returns when continued.
 	stopGroup()
 	if fg, err := tcgetpgrp(c.tty); err == nil && fg == c.pgrp {
-		if tcsetpgrp(c.tty, c.pid) == nil {
+		if tcsetpgrp(c.tty, c.pgid) == nil {
 			c.fgGiven = true
 		}
 	} else {
@@ -130,7 +162,7 @@ func (c *child) stopped(sig syscall.Signal) {
 		// once if it uses the terminal; do not spin.
 		time.Sleep(50 * time.Millisecond)
 	}
-	syscall.Kill(-c.pid, syscall.SIGCONT)
+	syscall.Kill(-c.pgid, syscall.SIGCONT)
 }
 
 // takeTerminal makes dlock's group the foreground of its terminal again if
@@ -148,21 +180,22 @@ func (c *child) signal(sig os.Signal) error {
 	if !ok {
 		return fmt.Errorf("cannot send %v", sig)
 	}
-	return syscall.Kill(-c.pid, s)
+	return syscall.Kill(-c.pgid, s)
 }
 
 // terminate asks the command's process group to end: SIGTERM, and SIGCONT
 // so that a stopped process gets to handle it.
 func (c *child) terminate() {
-	syscall.Kill(-c.pid, syscall.SIGTERM)
-	syscall.Kill(-c.pid, syscall.SIGCONT)
+	syscall.Kill(-c.pgid, syscall.SIGTERM)
+	syscall.Kill(-c.pgid, syscall.SIGCONT)
 }
 
 // kill kills the command's process group.
-func (c *child) kill() { syscall.Kill(-c.pid, syscall.SIGKILL) }
+func (c *child) kill() { syscall.Kill(-c.pgid, syscall.SIGKILL) }
 
 // groupAlive reports whether processes of the command's group are left.
-func (c *child) groupAlive() bool { return syscall.Kill(-c.pid, 0) == nil }
+// Call it after standDown: the guard is one of them until then.
+func (c *child) groupAlive() bool { return syscall.Kill(-c.pgid, 0) == nil }
 
 // exitCode returns the command's exit status as a shell reports it: its
 // status, or 128+N if it was killed by signal N. Call it after done.

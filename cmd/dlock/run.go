@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,10 +34,10 @@ const (
 func init() {
 	commands = append(commands, &command{
 		name:     "run",
-		synopsis: "dlock run [--url URL] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]",
+		synopsis: "dlock run [--url URL] [--connect-timeout D] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]",
 		usage:    runUsage,
 		flags:    runFlagSet,
-		order:    []string{"url URL", "name NAME", "ttl D", "wait D", "owner ID", "fair", "grace D", "verbose"},
+		order:    []string{"url URL", "connect-timeout D", "name NAME", "ttl D", "wait D", "owner ID", "fair", "grace D", "verbose"},
 		run:      runRun,
 	})
 }
@@ -65,6 +66,17 @@ If the lease is lost while COMMAND runs (the backend gave the lock away, or
 could not be reached until the lease ran out), dlock sends SIGTERM to
 COMMAND's process group, SIGKILL after --grace, and exits 4.
 
+If dlock itself dies while COMMAND runs (kill -9, the OOM killer), COMMAND's
+process group dies with it, before the lease can run out and the lock be
+granted again: a guard, a second dlock process that joins the group before
+COMMAND starts, does nothing but kill the group with SIGKILL when dlock is
+gone; on Linux COMMAND also has PR_SET_PDEATHSIG(SIGKILL). Limits:
+processes that leave the group (setsid, setpgid, a shell with job control)
+are not killed; if the guard itself is killed, only COMMAND dies with
+dlock, and only on Linux; the guard must get to run within the TTL (not on
+a frozen machine); on Windows there is no guard. What COMMAND leaves
+running when it exits is not killed, and no longer holds the lock.
+
 SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to dlock are passed on to COMMAND's
 process group, except those dlock was started with ignored (SIGHUP under
 nohup), which stay ignored by both; dlock releases the lock once COMMAND has
@@ -77,9 +89,22 @@ Durations are Go durations (500ms, 30s, 1m30s) or plain numbers of seconds.
 Backend:
   The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite file
   in your state directory, sqlite://$XDG_STATE_HOME/dlock/locks.db (or
-  ~/.local/state/dlock/locks.db), which coordinates the processes of one
-  host; locks across hosts need a server backend ('dlock help' lists the
-  URL schemes built in).
+  ~/.local/state/dlock/locks.db), which coordinates your own processes on
+  this host only: another user, and root under sudo, have a file of their
+  own, so their dlock run and yours never exclude each other. Locks across
+  hosts need a server backend ('dlock help' lists the URL schemes built in).
+
+  A lock for every user of the host, as flock(1) gives on a shared file:
+  have an administrator create a database that every user can write, in a
+  directory that every user can write (SQLite adds locks.db-wal and
+  locks.db-shm beside it, with the database's permissions), once:
+    sudo install -d -m 0777 /var/lib/dlock
+    sudo dlock migrate --url sqlite:///var/lib/dlock/locks.db
+    sudo chmod 0666 /var/lib/dlock/locks.db
+  and use --url sqlite:///var/lib/dlock/locks.db, or set DLOCK_URL to it for
+  every user (sudo resets the environment: /etc/environment, or sudo
+  --preserve-env=DLOCK_URL). Every user can then hold, or delete, any lock
+  in it; a group and modes 2770 and 0660 narrow that to the group.
 
 Exit status:
   N       COMMAND ran, holding the lock throughout, and exited with status N
@@ -87,8 +112,9 @@ Exit status:
           or dlock got signal N while it was waiting for the lock
   2       usage error: a bad flag, URL, lock name, owner or TTL
   3       the lock is busy: not acquired within --wait
-  4       the lease was lost while COMMAND ran; COMMAND was terminated
-          (or had just exited)
+  4       the lock was not held throughout: the lease was lost while
+          COMMAND ran (COMMAND was terminated, or had just exited), or the
+          release found the lock taken over by another owner
   5       backend error: the backend cannot be opened or does not answer
   126     COMMAND cannot be executed (e.g. permission denied)
   127     COMMAND was not found
@@ -105,6 +131,7 @@ Examples:
 type runFlags struct {
 	fs      *flag.FlagSet
 	url     string
+	connect optDuration
 	name    string
 	ttl     optDuration
 	wait    optDuration
@@ -116,7 +143,7 @@ type runFlags struct {
 
 func runFlagSet(fs *flag.FlagSet) any {
 	f := &runFlags{fs: fs, grace: optDuration{d: defaultGrace}}
-	urlFlag(fs, &f.url)
+	urlFlag(fs, &f.url, &f.connect)
 	fs.StringVar(&f.name, "name", "", "the lock's name: 1-255 bytes of UTF-8 without NUL (required)")
 	fs.Var(&f.ttl, "ttl", "lease time to live: how long the backend keeps the lock\nafter dlock stops renewing it, e.g. dies (default 30s,\nminimum 100ms)")
 	fs.Var(&f.wait, "wait", "how long to wait for the lock; without --wait, as long as\nit takes (like flock); 0: not at all, exit 3 if it is held\n(like flock -n); D: at most D, then exit 3 (like flock -w D)")
@@ -182,8 +209,8 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 	// Until the command runs, a signal ends dlock: opening and waiting are
 	// cancelled.
 	ictx, interrupted := interruptible(ctx, sigs)
-	octx, cancel := context.WithTimeout(ictx, openTimeout)
-	client, url, code := openClient(octx, e, f.url, f.verbose)
+	octx, cancel := context.WithTimeout(ictx, openLimit(f.connect))
+	client, url, code := openClient(octx, e, f.url, f.connect, f.verbose)
 	cancel()
 	if client == nil {
 		if sig := interrupted(); sig != nil {
@@ -218,12 +245,17 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 	uctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := lease.Unlock(uctx); err != nil && code != exitLost {
-		// The command's status stands: the lease was valid when it exited.
 		if errors.Is(err, dlock.ErrLeaseLost) {
-			e.errorf("%v (after %s had exited)", err, cmd.Args[0])
-		} else {
-			e.errorf("%v; the lock frees when its TTL runs out", err)
+			// The store gave the lock away although the lease's deadline
+			// had not passed (the row was taken over, the server's clock
+			// jumped): the hold was not continuous, whatever the command
+			// did.
+			e.errorf("%v", err)
+			e.errorf("lost lock %q before %s's release: the lock may not have been held while %s ran (exit status 4)", f.name, cmd.Args[0], cmd.Args[0])
+			return exitLost
 		}
+		// The command's status stands: the lease was valid when it exited.
+		e.errorf("%v; the lock frees when its TTL runs out", err)
 	}
 	return code
 }
@@ -323,6 +355,10 @@ func runHolding(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, url stri
 		e.errorf("lost lock %q before %s could be started", f.name, cmd.Args[0])
 		return exitLost
 	}
+	// The command's parent-death signal is tied to this thread (see
+	// startChild).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	ch, err := startChild(cmd)
 	if err != nil {
 		e.errorf("cannot run %q: %v", cmd.Args[0], err)
@@ -358,6 +394,7 @@ wait:
 			ch.kill()
 		}
 	}
+	ch.standDown()
 	if lost == nil {
 		if err := lease.Err(); err != nil {
 			// Lost as the command exited: it cannot be told whether the

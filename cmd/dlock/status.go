@@ -21,10 +21,10 @@ const inspectTimeout = 30 * time.Second
 func init() {
 	commands = append(commands, &command{
 		name:     "status",
-		synopsis: "dlock status [--url URL] [--prefix P]",
+		synopsis: "dlock status [--url URL] [--connect-timeout D] [--prefix P]",
 		usage:    statusUsage,
 		flags:    statusFlagSet,
-		order:    []string{"url URL", "prefix P", "verbose"},
+		order:    []string{"url URL", "connect-timeout D", "prefix P", "verbose"},
 		run:      runStatus,
 	})
 }
@@ -37,7 +37,14 @@ List the locks held on the backend, one per line, sorted by name:
   TOKEN       the fencing token of the hold
   HOLDS       the reentry count
   EXPIRES IN  the lease left by the backend's clock if the holder stops renewing
-  WAITERS     waiters the backend knows of ("?" if it cannot tell)
+  WAITERS     the processes waiting for the lock; "?" if the backend cannot
+              tell (Redis and the SQL backends do not see waiters that
+              are not --fair), "N+?" if it sees N --fair waiters and
+              cannot tell about others
+A lock whose record in the store holds data dlock did not write (a row,
+key or node it cannot read or would have to corrupt to use) is listed
+with what could be read of it and a last column FOREIGN DATA saying what
+is wrong; locking it fails until the record is removed or repaired.
 With no lock held it prints nothing on stdout and says so on stderr.
 
 Flags:
@@ -55,13 +62,14 @@ Exit status:
 
 type statusFlags struct {
 	url     string
+	connect optDuration
 	prefix  string
 	verbose bool
 }
 
 func statusFlagSet(fs *flag.FlagSet) any {
 	f := &statusFlags{}
-	urlFlag(fs, &f.url)
+	urlFlag(fs, &f.url, &f.connect)
 	fs.StringVar(&f.prefix, "prefix", "", "list only locks whose names start with P")
 	fs.BoolVar(&f.verbose, "verbose", false, "log the library's details on stderr")
 	return f
@@ -72,8 +80,8 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) int {
 	if len(args) > 0 {
 		return usageError(e, lookup("status"), "unexpected arguments %q", args)
 	}
-	octx, cancel := context.WithTimeout(ctx, openTimeout)
-	client, _, code := openClient(octx, e, f.url, f.verbose)
+	octx, cancel := context.WithTimeout(ctx, openLimit(f.connect))
+	client, _, code := openClient(octx, e, f.url, f.connect, f.verbose)
 	cancel()
 	if client == nil {
 		return code
@@ -100,24 +108,59 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) int {
 		return exitOK
 	}
 	slices.SortFunc(infos, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	bad := 0
+	for _, in := range infos {
+		if in.Bad != "" {
+			bad++
+		}
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tHOLDS\tEXPIRES IN\tWAITERS")
+	header := "NAME\tOWNER\tTOKEN\tHOLDS\tEXPIRES IN\tWAITERS"
+	if bad > 0 {
+		header += "\tFOREIGN DATA"
+	}
+	fmt.Fprintln(tw, header)
 	for _, in := range infos {
 		expires := "?"
 		if in.TTL > 0 {
 			expires = in.TTL.Round(100 * time.Millisecond).String()
 		}
 		waiters := "?"
-		if in.Waiters >= 0 {
+		switch {
+		case in.Waiters >= 0:
 			waiters = strconv.Itoa(in.Waiters)
+		case in.Queued > 0:
+			waiters = strconv.Itoa(in.Queued) + "+?"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", cell(in.Name), cell(in.Owner), in.Token, in.Count, expires, waiters)
+		row := fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s", nameCell(in), cell(in.Owner), in.Token, in.Count, expires, waiters)
+		if in.Bad != "" {
+			// The last column: spaces keep the others aligned.
+			bad := in.Bad
+			if strings.ContainsFunc(bad, func(r rune) bool { return !unicode.IsPrint(r) }) {
+				bad = strconv.Quote(bad)
+			}
+			row += "\t" + bad
+		}
+		fmt.Fprintln(tw, row)
 	}
 	if err := tw.Flush(); err != nil {
 		e.errorf("status: %v", err)
 		return exitFailure
 	}
+	if bad > 0 {
+		e.errorf("%d of the listed locks on %s hold data that dlock did not write (see FOREIGN DATA)", bad, client)
+	}
 	return exitOK
+}
+
+// nameCell shows a lock's name, with its namespace (dlock.Namespace) in
+// brackets before it when it has one, so that "job" in namespace "app"
+// does not look like the lock "job", nor like "app/job".
+func nameCell(in dlock.LockInfo) string {
+	if in.Namespace == "" {
+		return cell(in.Name)
+	}
+	return "[" + cell(in.Namespace) + "]" + cell(in.Name)
 }
 
 // cell quotes s for a table cell if it is empty or has spaces or

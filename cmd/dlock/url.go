@@ -6,11 +6,43 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 )
 
-// urlFlag defines the --url flag of the commands that open a backend.
-func urlFlag(fs *flag.FlagSet, url *string) {
+// urlFlag defines the --url and --connect-timeout flags of the commands
+// that open a backend.
+func urlFlag(fs *flag.FlagSet, url *string, connect *optDuration) {
 	fs.StringVar(url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
+	fs.Var(connect, "connect-timeout", "how long to wait to reach the backend (default: the URL's\nconnect_timeout parameter, else 10s); it replaces that\nparameter")
+}
+
+// withConnectTimeout returns rawURL with its connect_timeout parameter
+// set to d, and without the parameters that mean the same for one backend
+// (mysql's timeout, etcd's dial-timeout), which may not be given with it.
+func withConnectTimeout(rawURL string, d time.Duration) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("--url: %w", err)
+	}
+	q := u.Query()
+	switch u.Scheme {
+	case "mysql":
+		q.Del("timeout")
+	case "etcd":
+		q.Del("dial-timeout")
+	}
+	q.Set("connect_timeout", d.String())
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// openLimit bounds the whole opening of a backend (tables created
+// included): openTimeout, or twice the connect timeout if that is longer.
+func openLimit(connect optDuration) time.Duration {
+	if connect.set {
+		return max(openTimeout, 2*connect.d)
+	}
+	return openTimeout
 }
 
 // backendURL returns the URL of the backend to use: flagURL when given,

@@ -38,6 +38,15 @@ type Dialect struct {
 	// "max" (SQLite), "GREATEST" (PostgreSQL, MySQL).
 	Max string
 
+	// Interruptible says that a statement may be interrupted (its
+	// connection dropped, which the server sees as a disconnect) once its
+	// caller's context ended [InterruptGrace] ago: a server across a
+	// network, whose link may go silent. SQLite leaves it false: its
+	// statements are bounded by the busy timeout, and an interrupted
+	// connection is discarded with its prepared statements (and an
+	// in-memory database with it).
+	Interruptible bool
+
 	// Returning says the database has INSERT … ON CONFLICT (col) DO UPDATE
 	// SET … WHERE … and RETURNING on INSERT and UPDATE. Without it the
 	// engine runs a transaction where one statement would do.
@@ -60,12 +69,74 @@ type Dialect struct {
 	// "C"): Inspect relies on it.
 	Schema func(locks, waiters string) []string
 
+	// Buckets is the number of rows of the fence table (see the package
+	// doc): names are spread over them by Bucket, so that acquisitions of
+	// distinct names rarely wait for one another on a fence row. 1 for a
+	// database that writes one transaction at a time (SQLite).
+	Buckets int
+
+	// Bucket returns an SQL expression for the fence bucket, in
+	// 0..Buckets-1, of the name that the SQL expression name gives.
+	Bucket func(name string) string
+
+	// MarkLock is appended to the SELECT (over the fence table, alias f)
+	// that gives a new lease row its token, to read the latest committed
+	// mark and keep it until the statement ends: PostgreSQL "FOR SHARE OF
+	// f". Empty where the read is current anyway (SQLite: one writer).
+	MarkLock string
+
+	// FenceFirst makes the statements that may delete a lease row lock
+	// the row's fence bucket first (FOR UPDATE in their WHERE), so that a
+	// deletion takes the two locks in the same order as an acquisition
+	// that reads the mark with MarkLock. PostgreSQL needs it: it finds a
+	// deadlock only after deadlock_timeout (1 s by default).
+	FenceFirst bool
+
+	// Reclaim returns the statements, run after Schema in the same
+	// transaction, that create the fence table fence (bucket, mark) and
+	// the triggers: a deletion of a lease row of dlock's (see [RowOK])
+	// raises its bucket's mark to the row's token, whoever deletes it;
+	// where the database allows (not MySQL, whose triggers cannot change
+	// their own table), a lease row freed by an UPDATE while no waiter row
+	// has its name is deleted. They must be idempotent.
+	Reclaim func(locks, waiters, fence string) []string
+
+	// DeleteFreed says that Reclaim's triggers do not delete a freed
+	// row (MySQL): a release first tries to delete the row (its last hold,
+	// no waiter rows) and, if that matched nothing, updates it as usual.
+	// The last release is one statement; an inner one, or one with
+	// waiters queued, is two.
+	DeleteFreed bool
+
+	// FenceTx makes deletions of lease rows run in a transaction that
+	// first locks the fence rows they may raise (SELECT … FOR UPDATE), so
+	// that they take the locks in the same order as an acquisition, which
+	// reads its bucket's row locked (MySQL's INSERT … SELECT). Without it
+	// an acquisition and a deletion of one name deadlock, and InnoDB rolls
+	// back the one that changed less: the acquisition.
+	FenceTx bool
+
+	// DeleteLimit says the database has DELETE … LIMIT n but cannot
+	// select from the table it deletes from in a subquery (MySQL).
+	DeleteLimit bool
+
 	// Attempt, if set, makes one conditional grant (see the package doc)
 	// in a statement of the dialect's own instead of the engine's generic
 	// ones, on q: the pool, or a connection in a transaction. It reports
 	// whether the grant was made. MySQL uses it for a one-statement
 	// acquisition without RETURNING.
 	Attempt func(ctx context.Context, q Querier, table string, req dlock.Request, ttlMillis, seq int64) (dlock.Grant, bool, error)
+
+	// MaxToken is the largest fencing token the dialect stores and hands
+	// out; 0 means math.MaxInt64 (a signed 64-bit column). A row whose
+	// token is at it is foreign data: no later token could be given.
+	MaxToken int64
+
+	// IsInteger, if set, returns an SQL condition that holds when the
+	// value of expr is stored as an integer, for databases that keep any
+	// value in any column (SQLite: typeof(expr) = 'integer'). Rows whose
+	// integer columns hold anything else are foreign data.
+	IsInteger func(expr string) string
 
 	// Classify sorts a database error: whether trying again may succeed
 	// (the database was locked or busy: nothing was done), whether the
@@ -103,7 +174,37 @@ var SQLite = Dialect{
 	Begin:        "BEGIN IMMEDIATE",
 	InsertIgnore: "INSERT OR IGNORE INTO",
 	Schema:       sqliteSchema,
+	IsInteger:    sqliteIsInteger,
 	Classify:     classifySQLite,
+	// One writer at a time: one fence row serves all names.
+	Buckets: 1,
+	Bucket:  func(name string) string { return "(0 * length(" + name + "))" },
+	Reclaim: sqliteReclaim,
+}
+
+func sqliteIsInteger(expr string) string { return "typeof(" + expr + ") = 'integer'" }
+
+// sqliteReclaim creates SQLite's fence table and triggers (see
+// Dialect.Reclaim).
+func sqliteReclaim(locks, waiters, fence string) []string {
+	ok := RowOK(Dialect{IsInteger: sqliteIsInteger}, "OLD")
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + fence + ` (
+	bucket INTEGER NOT NULL PRIMARY KEY,
+	mark   INTEGER NOT NULL
+)`,
+		`CREATE TRIGGER IF NOT EXISTS ` + locks + `_fence AFTER DELETE ON ` + locks + `
+WHEN ` + ok + `
+BEGIN
+	UPDATE ` + fence + ` SET mark = max(mark, OLD.token) WHERE bucket = 0;
+END`,
+		`CREATE TRIGGER IF NOT EXISTS ` + locks + `_reclaim AFTER UPDATE OF owner ON ` + locks + `
+WHEN OLD.owner <> '' AND NEW.owner = '' AND NEW.holds = 0
+	AND NOT EXISTS (SELECT 1 FROM ` + waiters + ` w WHERE w.name = NEW.name)
+BEGIN
+	DELETE FROM ` + locks + ` WHERE name = NEW.name AND owner = '' AND holds = 0;
+END`,
+	}
 }
 
 func sqliteSchema(locks, waiters string) []string {

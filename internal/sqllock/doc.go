@@ -10,16 +10,50 @@
 //
 // # Tables
 //
-// The lease table (default "dlock_locks") has one row per lock name:
-// owner ("" when free), holds (the reentry count), token (the fencing token
-// of the current or last grant) and expires_at (milliseconds since the Unix
-// epoch by the database's clock). Rows are never deleted, so a token never
-// goes back: a release clears the owner and keeps the row. The waiters
-// table (the lease table's name + "_waiters") is the fair queue: one row
-// per waiting fair acquisition, ordered by an increasing sequence, each
-// with its own expires_at that the waiter refreshes while it waits, so that
-// the waiter of a process that died drops out after [Config.WaiterTimeout].
-// A waiter row only ever exists for a name whose lease row exists.
+// The lease table (default "dlock_locks") has a row per lock name that is
+// held, waited for, or not yet reclaimed: owner ("" when free), holds
+// (the reentry count), token (the fencing token of the current or last
+// grant) and expires_at (milliseconds since the Unix epoch by the
+// database's clock). The waiters table (the lease table's name +
+// "_waiters") is the fair queue: one row per waiting fair acquisition,
+// ordered by an increasing sequence, each with its own expires_at that
+// the waiter refreshes while it waits, so that the waiter of a process
+// that died drops out after [Config.WaiterTimeout]. The fence table (+
+// "_fence") has a constant number of rows ([Dialect.Buckets]: 64, or 1 on
+// SQLite), each the high-water mark of the tokens of the deleted lease
+// rows of the names in its bucket.
+//
+// # Reclamation and tokens
+//
+// A free name with no waiter rows keeps no row. The release that frees a
+// row deletes it in the same statement (an AFTER UPDATE trigger; on MySQL,
+// whose triggers cannot change their own table, the release is a DELETE
+// tried first). Rows the release cannot delete — expired with their holder
+// gone, freed while fair waiters queued, or left by MySQL's session mode —
+// and expired waiter rows are deleted by a sweep that runs inside normal
+// operations: one acquisition or release in [SweepEvery] of each engine
+// deletes up to [SweepBatch] of them, and while a sweep finds a full batch
+// every call sweeps. So a dead holder's rows are gone within SweepEvery +
+// ⌈rows/SweepBatch⌉ operations of any engine on the table after they
+// expire; no goroutine or scheduled job is involved. The sweep deletes only
+// rows of dlock's ([RowOK]) that are free or expired and have no waiter
+// row at all (a foreign waiter row keeps its name's row), so foreign data
+// stays and is reported as before.
+//
+// Tokens stay strictly increasing per name for the life of the tables: an
+// AFTER DELETE trigger raises the fence mark of the deleted row's bucket to
+// its token in the deleting statement's transaction, whoever deletes it,
+// and a new row takes its bucket's mark + 1 in the inserting statement.
+// The mark is read so that it cannot be stale: SQLite writes one
+// transaction at a time; PostgreSQL reads it FOR SHARE (and a deletion
+// locks the fence row before the lease row, [Dialect.FenceFirst], so the
+// two cannot deadlock); MySQL's INSERT … SELECT reads it with a shared lock
+// (and its deletions lock the fence rows first in their transaction,
+// [Dialect.FenceTx]). [Migrate] creates the fence table beside a table of
+// an earlier version and starts every mark at the largest token of the
+// lease table. The assumptions: every process on the table runs a version
+// with the fence (an older one would give a reclaimed name token 1 again),
+// and the triggers are not dropped.
 //
 // # Statements
 //
@@ -38,7 +72,7 @@
 //     one transaction, unless they bring a one-statement [Dialect.Attempt]
 //     (MySQL: INSERT … ON DUPLICATE KEY UPDATE with LAST_INSERT_ID).
 //   - Release is one UPDATE, checked by owner, token and expiry: holds − 1,
-//     and the owner cleared at zero.
+//     and the owner cleared at zero (and the row deleted by the trigger).
 //   - Renew is one UPDATE, checked the same way. RenewBatch renews many
 //     holds in one transaction.
 //   - A fair acquisition that must wait makes its attempt and takes its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/dur"
 )
 
 // Config configures an Engine.
@@ -74,6 +75,9 @@ type Engine struct {
 	onClose  func() error
 
 	pool pool // e.db through prepared statements
+
+	ops     atomic.Uint64 // acquisitions and releases, for the sweep's turn
+	backlog atomic.Bool   // the last sweep deleted a full batch
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -197,24 +201,77 @@ func (e *Engine) classify(err error) ErrorClass {
 	return ClassifyCommon(err)
 }
 
+// InterruptGrace is how long after its caller's context ended a
+// statement of an [Dialect.Interruptible] dialect may still run before it
+// is interrupted: half of [dlock.CancelGrace], so that the engine returns
+// before the Client stops waiting for it.
+const InterruptGrace = dlock.CancelGrace / 2
+
+// seeThrough returns the context for a statement under ctx. It is not
+// cancelled with ctx: a write that was sent is seen through, so that its
+// outcome is known and a grant is never made in the store and then lost to
+// a cancellation. But on an Interruptible dialect it ends InterruptGrace
+// after ctx, so that a server that stopped answering (a link gone silent
+// after the statement was sent) holds the caller no longer: the driver
+// drops the connection, the server rolls back what it had not committed,
+// and a grant it had committed stays until its TTL.
+func (e *Engine) seeThrough(ctx context.Context) (context.Context, func(error) error) {
+	if !e.d.Interruptible || ctx.Done() == nil {
+		return context.WithoutCancel(ctx), func(err error) error { return err }
+	}
+	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+		ended bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			timer = time.AfterFunc(InterruptGrace, func() { cancel(errNoAnswer) })
+		}
+	})
+	// done ends the statement's context and says why a failed statement
+	// failed: a server that did not answer in time is unavailable.
+	return sctx, func(err error) error {
+		stop()
+		mu.Lock()
+		ended = true
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel(nil)
+		if err != nil && context.Cause(sctx) == errNoAnswer {
+			return errorf(dlock.ErrBackendUnavailable, "no answer %v after the context ended (%w); the connection was dropped: %v",
+				InterruptGrace, ctx.Err(), err)
+		}
+		return err
+	}
+}
+
+// errNoAnswer is the cause of a statement interrupted by seeThrough.
+var errNoAnswer = errors.New("no answer in time")
+
 // retry runs fn until it returns anything but a Retry error, backing off
 // in between, or until ctx is done.
 //
-// fn gets a context that is not cancelled: ctx is checked before and
-// between attempts, but never interrupts a statement. Interrupting SQLite
-// leaves the connection marked unusable, so database/sql discards it —
-// which costs a reconnect and its prepared statements, and loses an
-// in-memory database — and a write that was sent should be seen through
-// so that its outcome is known: a grant is never made in the store and
-// then lost to a cancellation. The database's busy timeout bounds a
-// statement instead.
+// fn gets a context that is not cancelled with ctx (see seeThrough): ctx
+// is checked before and between attempts, but interrupts a statement only
+// on an Interruptible dialect, InterruptGrace after it ended. Interrupting
+// SQLite leaves the connection marked unusable, so database/sql discards
+// it — which costs a reconnect and its prepared statements, and loses an
+// in-memory database; the database's busy timeout bounds a statement
+// there instead.
 func (e *Engine) retry(ctx context.Context, fn func(context.Context) error) error {
 	backoff := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := fn(context.WithoutCancel(ctx))
+		sctx, done := e.seeThrough(ctx)
+		err := done(fn(sctx))
 		if err == nil || e.classify(err) != Retry {
 			return err
 		}
@@ -365,9 +422,10 @@ func queryOne(ctx context.Context, q querier, query string, args []any, dest ...
 // behind every queued waiter.
 const NoSeq = math.MaxInt64
 
-// ttlMillis converts a TTL to whole milliseconds, rounding up.
+// ttlMillis converts a TTL to whole milliseconds, rounding up, without
+// overflow.
 func ttlMillis(d time.Duration) int64 {
-	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+	return max(dur.Ceil(d, time.Millisecond), 1)
 }
 
 func checkRequest(req dlock.Request) error {
@@ -391,7 +449,7 @@ func (e *Engine) attempt(ctx context.Context, q querier, req dlock.Request, seq 
 	}
 	var g dlock.Grant
 	if e.d.Returning {
-		args := append([]any{req.Name, req.Owner, ttl}, SetArgs(req.Owner, ttl)...)
+		args := append(NewRowArgs(req.Name, req.Owner, ttl, seq), SetArgs(req.Owner, ttl)...)
 		args = append(args, CondArgs(req.Owner, req.Name, seq)...)
 		ok, err := queryOne(ctx, q, e.q.upsert, args, &g.Token, &g.Count)
 		return g, ok, err
@@ -399,7 +457,7 @@ func (e *Engine) attempt(ctx context.Context, q querier, req dlock.Request, seq 
 	// Without RETURNING: make sure the row exists, update it on the same
 	// conditions, read the result — in one transaction.
 	run := func(c querier) (bool, error) {
-		if _, err := c.ExecContext(ctx, e.q.ensure, req.Name); err != nil {
+		if _, err := c.ExecContext(ctx, e.q.ensure, req.Name, req.Name, req.Name, seq); err != nil {
 			return false, err
 		}
 		args := append(SetArgs(req.Owner, ttl), req.Name)
@@ -435,6 +493,7 @@ type lockState struct {
 	remaining time.Duration // of the holder's lease; <= 0 when expired
 	ahead     int           // live fair waiters queued before the asker
 	aheadTTL  time.Duration // remaining life of the first of them to expire
+	fault     string        // what makes the row (or its waiter rows) foreign data; "" if none
 }
 
 // held reports whether another owner than owner holds the lock.
@@ -450,32 +509,37 @@ func (s lockState) heldBy(owner string) bool {
 // mayAcquire reports whether an attempt by owner at queue position seq
 // could succeed.
 func (s lockState) mayAcquire(owner string) bool {
-	return s.heldBy(owner) || !s.heldByOther(owner) && s.ahead == 0
+	return s.fault == "" && (s.heldBy(owner) || !s.heldByOther(owner) && s.ahead == 0)
 }
 
 func (e *Engine) state(ctx context.Context, q querier, name string, seq int64) (lockState, error) {
 	var (
-		s         lockState
-		remaining int64
-		aheadTTL  sql.NullInt64
-		token     int64
+		s        lockState
+		r        rawRow
+		now      int64
+		aheadExp sql.NullInt64
 	)
+	// The columns are read as stored and checked here (see RowOK), so that
+	// a row dlock did not write is reported, not a Scan error.
+	var exists int64
 	ok, err := queryOne(ctx, q, e.q.state, []any{seq, seq, name},
-		&s.owner, &token, &s.holds, &remaining, &s.ahead, &aheadTTL)
+		&r.owner, &r.token, &r.holds, &r.expires, &now, &s.ahead, &aheadExp, &r.badWaiters, &exists)
 	if err != nil || !ok {
 		return lockState{}, err
 	}
-	s.exists = true
-	s.token = uint64(token)
-	s.remaining = time.Duration(remaining) * time.Millisecond
-	if aheadTTL.Valid {
-		s.aheadTTL = time.Duration(aheadTTL.Int64) * time.Millisecond
+	s.exists = exists == 1
+	s.fault = e.checkRow(r, now, &s)
+	if aheadExp.Valid {
+		s.aheadTTL = time.Duration(aheadExp.Int64-now) * time.Millisecond
 	}
 	return s, nil
 }
 
-// refusal is the error of an attempt refused in state s.
-func refusal(s lockState, owner string) error {
+// refusal is the error of an attempt on name refused in state s.
+func (e *Engine) refusal(name string, s lockState, owner string) error {
+	if s.fault != "" {
+		return e.foreign(name, s.fault)
+	}
 	if s.heldByOther(owner) {
 		return &dlock.HeldError{Holder: dlock.Holder{Owner: s.owner, Token: s.token, TTL: s.remaining}}
 	}
@@ -506,6 +570,7 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 		}
 		if ok {
 			e.local.forget(req.Name)
+			e.maybeSweep(ctx)
 			return g, s, nil
 		}
 		err = e.retry(ctx, func(ctx context.Context) error {
@@ -520,7 +585,7 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 			break
 		}
 	}
-	return dlock.Grant{}, s, refusal(s, req.Owner)
+	return dlock.Grant{}, s, e.refusal(req.Name, s, req.Owner)
 }
 
 // Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
@@ -560,6 +625,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	})
 	if err == nil && ok {
 		e.local.forget(req.Name)
+		e.maybeSweep(ctx)
 		return g, nil, nil
 	}
 	if err != nil {
@@ -574,6 +640,9 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 			if s, err = e.state(ctx, c, req.Name, NoSeq); err != nil {
 				return err
 			}
+			if s.fault != "" {
+				return e.foreign(req.Name, s.fault) // rolled back: nothing queued
+			}
 			seq, err = e.enqueue(ctx, c, req)
 			return err
 		})
@@ -585,13 +654,13 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 		e.local.forget(req.Name)
 		return g, nil, nil
 	}
-	return dlock.Grant{}, e.newWaiter(req, seq), refusal(s, req.Owner)
+	return dlock.Grant{}, e.newWaiter(req, seq), e.refusal(req.Name, s, req.Owner)
 }
 
 // enqueue adds req to the end of the fair queue, sweeping out the waiters
 // of its name that died, and returns its sequence number.
 func (e *Engine) enqueue(ctx context.Context, c querier, req dlock.Request) (int64, error) {
-	if _, err := c.ExecContext(ctx, e.q.sweep, req.Name); err != nil {
+	if _, err := c.ExecContext(ctx, e.q.sweepName, req.Name); err != nil {
 		return 0, err
 	}
 	args := []any{req.Name, req.Owner, ttlMillis(e.wttl)}
@@ -626,7 +695,9 @@ func (e *Engine) lost(ctx context.Context, h dlock.Hold) error {
 	case err != nil:
 		return errorf(dlock.ErrLeaseLost, "token %d (and reading the lock's state failed: %v)", h.Token, err)
 	case !s.exists:
-		return errorf(dlock.ErrLeaseLost, "token %d: the lock has no row", h.Token)
+		return errorf(dlock.ErrLeaseLost, "token %d: the lock has no row (released and reclaimed)", h.Token)
+	case s.fault != "":
+		return errorf(dlock.ErrLeaseLost, "token %d: %w", h.Token, e.foreign(h.Name, s.fault))
 	case s.heldByOther(h.Owner) || s.holds > 0 && s.remaining > 0 && s.token != h.Token:
 		return errorf(dlock.ErrLeaseLost, "held by %q with token %d", s.owner, s.token)
 	case s.token != h.Token:
@@ -707,9 +778,17 @@ func (e *Engine) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 
 // Release gives up one hold of h: one UPDATE that decrements the reentry
 // count and clears the owner at zero, if h still holds the lock with its
-// token and has not expired. The row stays, with its token. The waiters
-// of this process are woken at once.
+// token and has not expired. A row freed with no waiter rows is deleted
+// in the same statement by a trigger (or, under Dialect.DeleteFreed, by
+// a DELETE tried first); its token is kept by its fence bucket. The
+// waiters of this process are woken at once.
 func (e *Engine) Release(ctx context.Context, h dlock.Hold) error {
+	return e.release(ctx, h, e.d.DeleteFreed)
+}
+
+// release is Release; tryDelete says to try the DELETE of a last hold
+// first (see Dialect.DeleteFreed).
+func (e *Engine) release(ctx context.Context, h dlock.Hold, tryDelete bool) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
@@ -719,6 +798,17 @@ func (e *Engine) Release(ctx context.Context, h dlock.Hold) error {
 	)
 	err := e.write(ctx, func(ctx context.Context) error {
 		args := []any{h.Name, h.Owner, int64(h.Token)}
+		if tryDelete {
+			// The last hold without waiters: the row goes at once.
+			res, err := e.pool.ExecContext(ctx, e.q.releaseDelete, args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n > 0 {
+				done = n > 0
+				return err
+			}
+		}
 		if e.d.Returning {
 			var err error
 			done, err = queryOne(ctx, &e.pool, e.q.release, args, &holds)
@@ -738,6 +828,7 @@ func (e *Engine) Release(ctx context.Context, h dlock.Hold) error {
 	if !done {
 		return e.lost(ctx, h)
 	}
+	e.maybeSweep(ctx)
 	if holds == 0 { // without RETURNING, holds is unknown: wake anyway
 		e.local.signal(h.Name)
 	}
@@ -745,7 +836,9 @@ func (e *Engine) Release(ctx context.Context, h dlock.Hold) error {
 }
 
 // Inspect lists the held locks whose names start with prefix, in name
-// order; see [dlock.Inspector]. Waiters counts the live fair waiters.
+// order; see [dlock.Inspector]. Waiters is -1 (unknown): the waiters table
+// has the fair waiters only (Queued counts them), and a non-fair waiter
+// leaves no trace in the store, so a count would leave them out.
 func (e *Engine) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
@@ -753,25 +846,28 @@ func (e *Engine) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, 
 	var out []dlock.LockInfo
 	err := e.retry(ctx, func(ctx context.Context) error {
 		out = nil
-		rows, err := e.pool.QueryContext(ctx, e.q.inspect, prefix)
+		rows, err := e.pool.QueryContext(ctx, e.q.inspect, prefix, prefix)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var (
-				in        dlock.LockInfo
-				token     int64
-				remaining int64
+				in  dlock.LockInfo
+				r   rawRow
+				now int64
+				s   lockState
 			)
-			if err := rows.Scan(&in.Name, &in.Owner, &token, &in.Count, &remaining, &in.Waiters); err != nil {
+			if err := rows.Scan(&in.Name, &r.owner, &r.token, &r.holds, &r.expires, &now, &in.Queued, &r.badWaiters); err != nil {
 				return err
 			}
+			in.Waiters = -1
 			if !strings.HasPrefix(in.Name, prefix) {
 				break // names are in byte order: the prefix's range is over
 			}
-			in.Token = uint64(token)
-			in.TTL = time.Duration(remaining) * time.Millisecond
+			// A row that is not dlock's is listed with what could be read.
+			in.Bad = e.checkRow(r, now, &s)
+			in.Owner, in.Token, in.Count, in.TTL = s.owner, s.token, s.holds, max(s.remaining, 0)
 			out = append(out, in)
 		}
 		if err := rows.Err(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/sqllock"
+	"github.com/dlock-dev/dlock/internal/sqllock/sqllocktest"
 	"go.uber.org/goleak"
 	_ "modernc.org/sqlite"
 )
@@ -68,7 +69,17 @@ func TestConformance(t *testing.T) {
 				opts = append(opts, dlocktest.Grants(50))
 			}
 			path := filepath.Join(t.TempDir(), "locks.db")
-			dlocktest.Run(t, factory(path, d, sqllock.Config{Table: "t_" + time.Now().Format("150405")}), opts...)
+			table := "t_" + time.Now().Format("150405")
+			db := openDB(t, path)
+			t.Cleanup(func() { db.Close() })
+			opts = append(opts, sqllocktest.Foreign(db, "sqlite", table))
+			// The reclaim hook sweeps through an engine of its own.
+			r := factory(path, d, sqllock.Config{Table: table})(t).(*sqllock.Engine)
+			t.Cleanup(func() { r.Close() })
+			cdb := openDB(t, path)
+			t.Cleanup(func() { cdb.Close() })
+			opts = append(opts, sqllocktest.Reclaim(cdb, table, r.Reclaim))
+			dlocktest.Run(t, factory(path, d, sqllock.Config{Table: table}), opts...)
 		})
 	}
 }
@@ -158,8 +169,8 @@ func TestDeadFairWaiter(t *testing.T) {
 	if w == nil || !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("live waiter: %v, %v", w, err)
 	}
-	if infos, err := holder.Inspect(ctx, "x"); err != nil || len(infos) != 1 || infos[0].Waiters != 2 {
-		t.Fatalf("Inspect = %+v, %v; want x with 2 waiters", infos, err)
+	if infos, err := holder.Inspect(ctx, "x"); err != nil || len(infos) != 1 || infos[0].Queued != 2 {
+		t.Fatalf("Inspect = %+v, %v; want x with 2 fair waiters queued", infos, err)
 	}
 	start := time.Now()
 	if err := holder.Release(ctx, dlock.Hold{Name: "x", Owner: "holder", Token: g.Token}); err != nil {
@@ -246,7 +257,7 @@ func TestInspectPrefix(t *testing.T) {
 		var got []string
 		for _, in := range infos {
 			got = append(got, in.Name)
-			if in.Owner != "o" || in.Count != 1 || in.Token != 1 || in.TTL <= 0 || in.Waiters != 0 {
+			if in.Owner != "o" || in.Count != 1 || in.Token != 1 || in.TTL <= 0 || in.Waiters != -1 || in.Queued != 0 {
 				t.Errorf("Inspect(%q): %+v", prefix, in)
 			}
 		}

@@ -265,6 +265,9 @@ func (s *Sessions) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 	g, err := w.attempt(ctx)
 	if err == nil || !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) {
 		w.close()
+		if err == nil {
+			s.e.maybeSweep(ctx)
+		}
 		return g, nil, err
 	}
 	return dlock.Grant{}, w, err
@@ -546,7 +549,9 @@ func (s *Sessions) Release(ctx context.Context, h dlock.Hold) error {
 	}
 	s.mu.Unlock()
 	if !last {
-		return s.e.Release(ctx, h)
+		// Holds remain: the row stays (and a DELETE tried first would
+		// be a statement for nothing).
+		return s.e.release(ctx, h, false)
 	}
 	se.cmu.Lock()
 	defer se.cmu.Unlock()
@@ -556,7 +561,9 @@ func (s *Sessions) Release(ctx context.Context, h dlock.Hold) error {
 		return s.e.Release(ctx, h)
 	}
 	// Seen through like a grant (see attempt).
-	found, unlocked, err := s.d.Release(context.WithoutCancel(ctx), c, s.e.table, se.key, h)
+	sctx, done := s.e.seeThrough(ctx)
+	found, unlocked, err := s.d.Release(sctx, c, s.e.table, se.key, h)
+	err = done(err)
 	if err != nil || !unlocked {
 		s.discard(c)
 	} else {
@@ -571,6 +578,7 @@ func (s *Sessions) Release(ctx context.Context, h dlock.Hold) error {
 		return s.e.lost(ctx, h)
 	}
 	s.e.local.signal(h.Name)
+	s.e.maybeSweep(ctx)
 	return nil
 }
 
@@ -667,8 +675,11 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	)
 	// A statement that writes is seen through, not interrupted by ctx:
 	// a grant made on the server and lost to a cancellation would stay
-	// on the row until its TTL ran out.
-	wctx := context.WithoutCancel(ctx)
+	// on the row until its TTL ran out. Only a server that does not
+	// answer within InterruptGrace after ctx ended is given up on (see
+	// Engine.seeThrough); the connection is then discarded, which frees
+	// its advisory lock.
+	wctx, done := s.e.seeThrough(ctx)
 	if w.locked {
 		if w.sub != nil {
 			w.changed = w.sub.Changed()
@@ -677,6 +688,7 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	} else {
 		w.locked, g, granted, err = s.d.First(wctx, w.c, &w.info, s.e.table, w.key, w.req, ttlMillis(w.req.TTL))
 	}
+	err = done(err)
 	if err != nil {
 		w.s.discard(w.c)
 		w.c, w.locked = nil, false
@@ -700,7 +712,7 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	if err != nil {
 		return dlock.Grant{}, s.e.wrap(err)
 	}
-	refused := refusal(st, w.req.Owner)
+	refused := s.e.refusal(w.req.Name, st, w.req.Owner)
 	if w.locked {
 		// The advisory lock is ours but the row is not free: its holder's
 		// connection died (or it is a lease-mode holder) and its lease

@@ -156,6 +156,8 @@ func (w *waiter) Wait(ctx context.Context) error {
 		}
 		bound := time.Duration(math.MaxInt64)
 		switch {
+		case s.fault != "":
+			return nil // let the attempt report it
 		case s.mayAcquire(w.req.Owner):
 			if w.fair || !w.e.local.batonOut(w.slot) {
 				return nil
@@ -209,7 +211,9 @@ func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, erro
 		}
 	}
 	at := time.Now()
-	s, err := w.e.state(context.WithoutCancel(ctx), &w.e.pool, w.req.Name, w.seq) // see Engine.retry
+	sctx, done := w.e.seeThrough(ctx)
+	s, err := w.e.state(sctx, &w.e.pool, w.req.Name, w.seq) // see Engine.retry
+	err = done(err)
 	if err == nil && !w.fair {
 		w.e.local.cache(w.req.Name, gen, s, at)
 	}
@@ -309,7 +313,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	}
 	w.beat = sent
 	w.pending = &pendingLook{s: s, local: local, remote: remote}
-	return dlock.Grant{}, refusal(s, w.req.Owner)
+	return dlock.Grant{}, w.e.refusal(w.req.Name, s, w.req.Owner)
 }
 
 // Cancel withdraws the waiter: a fair waiter deletes its queue row at once

@@ -14,7 +14,7 @@
 //		srv.Restart()                       // same port, same data dir, waits until ready
 //	}
 //
-// Every constructor takes a testing.TB, starts the server as a direct child
+// Every constructor takes a testing.TB (or any [T]), starts the server as a direct child
 // process (exec.Cmd, no daemonizing wrapper) with its output in a log file,
 // waits until a real protocol check passes (PING, srvr, /health, a
 // PostgreSQL or MySQL login plus a query) and registers a t.Cleanup that

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -253,7 +252,7 @@ func (g *EtcdGroup) agreedLeader() (int, error) {
 // Options: WithArgs (for example "--election-timeout", "500",
 // "--heartbeat-interval", "50" for faster elections and a 1 s lease floor),
 // WithStartTimeout.
-func Etcd(t testing.TB, opts ...Option) *EtcdServer {
+func Etcd(t T, opts ...Option) *EtcdServer {
 	t.Helper()
 	return etcdStart(t, 1, true, opts).nodes[0]
 }
@@ -261,7 +260,7 @@ func Etcd(t testing.TB, opts ...Option) *EtcdServer {
 // EtcdCluster starts an etcd cluster of n members and waits until all are
 // healthy. At the end of the test the members are killed with SIGKILL
 // (SIGTERM to all members at once makes the leader linger for seconds).
-func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdGroup {
+func EtcdCluster(t T, n int, opts ...Option) *EtcdGroup {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("testserver: EtcdCluster(%d): need at least 1", n)
@@ -269,7 +268,7 @@ func EtcdCluster(t testing.TB, n int, opts ...Option) *EtcdGroup {
 	return etcdStart(t, n, false, opts)
 }
 
-func etcdStart(t testing.TB, n int, single bool, opts []Option) *EtcdGroup {
+func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 	t.Helper()
 	Require(t, KindEtcd)
 	bin, _ := lookBinary("etcd")

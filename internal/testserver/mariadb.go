@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"testing"
 	"time"
 )
 
@@ -46,7 +45,7 @@ func (s *MariaDBServer) Query(ctx context.Context, db, sql string) ([][]string, 
 // mariadbd on a free loopback port, waits until root can log in over TCP and
 // run SELECT 1, and creates the database "test". Options: WithArgs (mariadbd
 // options, for example "--max-connections=300"), WithStartTimeout.
-func MariaDB(t testing.TB, opts ...Option) *MariaDBServer {
+func MariaDB(t T, opts ...Option) *MariaDBServer {
 	t.Helper()
 	Require(t, KindMariaDB)
 	installDB, _ := lookBinary("mariadb-install-db")

@@ -70,3 +70,17 @@ func WithSentinelDownAfter(d time.Duration) Option {
 		}
 	}
 }
+
+// T is what the package needs of a test: *testing.T and *testing.B have it,
+// and so can a command that runs servers outside tests (dlock verify
+// --local). Fatalf must not return (testing's stops the goroutine); Skip
+// is called when a server binary is missing and must not return either.
+type T interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Skip(args ...any)
+	Failed() bool
+}

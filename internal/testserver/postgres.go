@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -69,7 +68,7 @@ func (s *PostgresServer) Query(ctx context.Context, db, sql string) ([][]string,
 // run as the "postgres" system user. Stop uses SIGINT (fast shutdown), never
 // SIGTERM, which would wait for every client to disconnect. Options: WithArgs
 // (for example "-c", "max_connections=200"), WithStartTimeout.
-func Postgres(t testing.TB, opts ...Option) *PostgresServer {
+func Postgres(t T, opts ...Option) *PostgresServer {
 	t.Helper()
 	Require(t, KindPostgres)
 	initdb, _ := lookBinary("initdb")

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -564,13 +563,13 @@ func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.It
 // fixture owns the processes and directories that one constructor call
 // started, and tears them down in t.Cleanup.
 type fixture struct {
-	t     testing.TB
+	t     T
 	mu    sync.Mutex
 	procs []*Process
 	dirs  []string
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t T) *fixture {
 	f := &fixture{t: t}
 	t.Cleanup(f.cleanup)
 	return f

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -85,7 +84,7 @@ func newRedisProcess(f *fixture, name string, args func(dir string, port int) []
 // Redis starts one redis-server on a free loopback port and waits until it
 // answers PING. It skips the test if redis-server is not installed (fails
 // under DLOCK_TEST_REQUIRE). Options: WithArgs, WithStartTimeout.
-func Redis(t testing.TB, opts ...Option) *RedisServer {
+func Redis(t T, opts ...Option) *RedisServer {
 	t.Helper()
 	return redisN(t, 1, "redis", opts).nodes[0]
 }
@@ -117,7 +116,7 @@ func redisAddrs(nodes []*RedisServer) []string {
 
 // RedisN starts n independent redis-server processes (not a cluster), for
 // example the masters of a Redlock.
-func RedisN(t testing.TB, n int, opts ...Option) *RedisGroup {
+func RedisN(t T, n int, opts ...Option) *RedisGroup {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("testserver: RedisN(%d): need at least 1", n)
@@ -125,7 +124,7 @@ func RedisN(t testing.TB, n int, opts ...Option) *RedisGroup {
 	return redisN(t, n, "", opts)
 }
 
-func redisN(t testing.TB, n int, single string, opts []Option) *RedisGroup {
+func redisN(t T, n int, single string, opts []Option) *RedisGroup {
 	t.Helper()
 	Require(t, KindRedis)
 	bin, _ := lookBinary("redis-server")
@@ -219,7 +218,7 @@ func (g *RedisClusterGroup) WaitOK(timeout time.Duration) error {
 // cluster-node-timeout 2000 ms), each with a free data port and a free
 // cluster bus port, assigns the slots, joins the nodes and waits until
 // every node reports cluster_state:ok.
-func RedisCluster(t testing.TB, n int, opts ...Option) *RedisClusterGroup {
+func RedisCluster(t T, n int, opts ...Option) *RedisClusterGroup {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("testserver: RedisCluster(%d): need at least 1", n)
@@ -419,7 +418,7 @@ func (g *SentinelGroup) linked() error {
 // monitors them as "mymaster" (quorum 1, down-after 2 s unless
 // WithSentinelDownAfter, failover-timeout 10 s), and waits until the replica
 // is linked and the Sentinel knows it. WithArgs applies to the data nodes.
-func RedisSentinel(t testing.TB, opts ...Option) *SentinelGroup {
+func RedisSentinel(t T, opts ...Option) *SentinelGroup {
 	t.Helper()
 	Require(t, KindRedis)
 	bin, _ := lookBinary("redis-server")

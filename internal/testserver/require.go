@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"testing"
 )
 
 // Kind names a kind of server, as used in DLOCK_TEST_REQUIRE.
@@ -56,7 +55,7 @@ func Required(kind Kind) bool {
 // Unavailable ends the test because a server of the given kind cannot be
 // used: it calls t.Skip, or t.Fatal when DLOCK_TEST_REQUIRE requires the kind.
 // Backend tests use it for their own preconditions.
-func Unavailable(t testing.TB, kind Kind, format string, args ...any) {
+func Unavailable(t T, kind Kind, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
 	if Required(kind) {
@@ -70,7 +69,7 @@ func Unavailable(t testing.TB, kind Kind, format string, args ...any) {
 // with a message naming the Debian package pkg to install. Besides PATH it
 // looks in /usr/sbin, /usr/local/sbin and /usr/lib/postgresql/*/bin (newest
 // version first).
-func Need(t testing.TB, kind Kind, binary, pkg string) string {
+func Need(t T, kind Kind, binary, pkg string) string {
 	t.Helper()
 	if p, err := lookBinary(binary); err == nil {
 		return p
@@ -82,7 +81,7 @@ func Need(t testing.TB, kind Kind, binary, pkg string) string {
 // Require checks that everything needed to start servers of the given kind is
 // installed, and otherwise ends the test through Unavailable (skip, or fail
 // under DLOCK_TEST_REQUIRE) naming the Debian package to install.
-func Require(t testing.TB, kind Kind) {
+func Require(t T, kind Kind) {
 	t.Helper()
 	if err := Available(kind); err != nil {
 		Unavailable(t, kind, "%v", err)
@@ -172,4 +171,41 @@ func pgVersion(binDir string) int {
 func isExecutable(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// Version returns the version line a server of the kind ("redis",
+// "zookeeper", "etcd", "postgres", "mysql" or "mariadb") prints, or
+// "unknown", for reports that name the servers they ran against.
+func Version(kind string) string {
+	var bin string
+	var args []string
+	switch kind {
+	case "redis", "redlock":
+		bin, args = "redis-server", []string{"--version"}
+	case "etcd":
+		bin, args = "etcd", []string{"--version"}
+	case "postgres":
+		bin, args = "postgres", []string{"--version"}
+	case "mysql", "mariadb":
+		bin, args = "mariadbd", []string{"--version"}
+	case "zookeeper":
+		// The Debian package links zookeeper-VERSION.jar to its jar.
+		ms, _ := filepath.Glob(filepath.Join(filepath.Dir(zkJar), "zookeeper-[0-9]*.jar"))
+		if len(ms) == 0 {
+			return "unknown"
+		}
+		return "ZooKeeper " + strings.TrimSuffix(strings.TrimPrefix(filepath.Base(ms[0]), "zookeeper-"), ".jar")
+	default:
+		return "unknown"
+	}
+	p, err := lookBinary(bin)
+	if err != nil {
+		return "unknown"
+	}
+	out, err := exec.Command(p, args...).Output()
+	if err != nil {
+		return "unknown"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -202,7 +201,7 @@ func (g *ZooKeeperGroup) serving() (int, error) {
 // container check interval 500 ms) and waits until srvr reports Mode
 // standalone. Options: WithJVMProperty, WithZooConfig, WithArgs (JVM
 // arguments), WithStartTimeout.
-func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
+func ZooKeeper(t T, opts ...Option) *ZooKeeperServer {
 	t.Helper()
 	return zkStart(t, 1, true, opts).nodes[0]
 }
@@ -211,7 +210,7 @@ func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 // client, quorum and election port) and waits until one is leader and the
 // others are followers. The options are those of ZooKeeper and apply to every
 // node.
-func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperGroup {
+func ZooKeeperEnsemble(t T, n int, opts ...Option) *ZooKeeperGroup {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("testserver: ZooKeeperEnsemble(%d): need at least 1", n)
@@ -219,7 +218,7 @@ func ZooKeeperEnsemble(t testing.TB, n int, opts ...Option) *ZooKeeperGroup {
 	return zkStart(t, n, false, opts)
 }
 
-func zkStart(t testing.TB, n int, standalone bool, opts []Option) *ZooKeeperGroup {
+func zkStart(t T, n int, standalone bool, opts []Option) *ZooKeeperGroup {
 	t.Helper()
 	Require(t, KindZooKeeper)
 	java, _ := lookBinary("java")

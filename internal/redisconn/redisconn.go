@@ -1,0 +1,73 @@
+// Package redisconn is the go-redis glue that the packages redis and
+// redlock share: go-redis's logger sent to slog, and what an opening
+// client needs to say why it cannot reach a server.
+//
+// go-redis has one process-wide logger (redis.SetLogger) that prints to
+// stderr. This package's init replaces it, once, with an adapter that logs
+// to slog.Default() at debug level. A program that calls redis.SetLogger
+// itself (in main, after the inits) keeps its own.
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/dlock-dev/dlock/internal/connect"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+func init() { goredis.SetLogger(logger{}) }
+
+// logger is go-redis's logger as slog sees it. It looks slog.Default() up
+// on every line, so a later slog.SetDefault takes effect.
+type logger struct{}
+
+func (logger) Printf(ctx context.Context, format string, args ...any) {
+	l := slog.Default()
+	if !l.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "redis: ")
+	l.DebugContext(ctx, "redis: "+msg)
+}
+
+// Server describes Redis for connect.Server.Explain; set its Backend.
+var Server = connect.Server{
+	Kind: "Redis",
+	Auth: func(err error) bool {
+		var rerr goredis.Error
+		if !errors.As(err, &rerr) {
+			return false
+		}
+		msg := rerr.Error()
+		for _, p := range []string{"NOAUTH", "WRONGPASS", "NOPERM"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return strings.Contains(msg, "invalid password") || strings.Contains(msg, "AUTH <password> called without any password")
+	},
+	Answer: func(err error) bool {
+		var rerr goredis.Error
+		return errors.As(err, &rerr)
+	},
+}
+
+// Probe returns a hook that lets p watch the connections of a client
+// (add it with AddHook).
+func Probe(p *connect.Probe) goredis.Hook { return probeHook{p} }
+
+type probeHook struct{ p *connect.Probe }
+
+func (h probeHook) DialHook(next goredis.DialHook) goredis.DialHook {
+	return goredis.DialHook(h.p.Dial(connect.DialFunc(next)))
+}
+
+func (probeHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+func (probeHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}

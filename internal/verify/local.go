@@ -1,0 +1,275 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-dev/dlock/internal/testserver"
+)
+
+// Server faults, for stores the command runs itself (--local).
+const (
+	FaultServerPause = "server-pause" // SIGSTOP a server for 2 TTL (ensembles: the leader and a follower in turn; Redlock: 2 of 5 masters)
+	FaultServerKill  = "server-kill"  // SIGKILL a server, restart it after 1.5 TTL (same targets)
+	FaultFailover    = "failover"     // Redis Sentinel: SIGKILL the master, wait for the replica's promotion, bring the old master back as a replica
+)
+
+// LocalKinds are the stores --local can run.
+var LocalKinds = []string{"redis", "redis-sentinel", "redis-sentinel-wait", "redlock", "zookeeper", "etcd", "postgres", "postgres-session", "mysql", "mysql-session", "sqlite"}
+
+// Local is a store the command started: its URL, its server processes and
+// the labels of faults outside its assumptions.
+type Local struct {
+	Kind    string
+	URL     string
+	Version string
+
+	t       *localT
+	servers []*testserver.Process
+	leader  func() (int, error) // ensembles: the index of the leader
+	// outside labels server faults beyond the store's documented
+	// assumptions (a Redis server that restarts empty).
+	outside  map[string]string
+	turn     int
+	sentinel *testserver.SentinelGroup
+}
+
+// StartLocal starts the servers of kind on free loopback ports, as the
+// tests start them; Close stops them and removes their directories.
+func StartLocal(kind string, log io.Writer) (l *Local, err error) {
+	if !slices.Contains(LocalKinds, kind) {
+		return nil, fmt.Errorf("--local %q: want one of %s", kind, strings.Join(LocalKinds, ", "))
+	}
+	t := &localT{log: log}
+	l = &Local{Kind: kind, t: t, outside: map[string]string{}}
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(localFatal)
+			if !ok {
+				panic(r)
+			}
+			t.close()
+			l, err = nil, fmt.Errorf("--local %s: %s", kind, string(f))
+		}
+	}()
+	switch kind {
+	case "redis":
+		s := testserver.Redis(t)
+		l.URL, l.servers = "redis://"+s.Addr(), []*testserver.Process{s.Process}
+		l.outside[FaultServerKill] = "a Redis server restarted without persistence forgets its locks"
+	case "redis-sentinel", "redis-sentinel-wait":
+		g := testserver.RedisSentinel(t)
+		l.sentinel = g
+		l.URL = "redis+sentinel://" + strings.Join(g.SentinelAddrs(), ",") + "/" + g.MasterName()
+		l.outside[FaultFailover] = "a Sentinel failover: replication is asynchronous, the promoted replica may not have the lock"
+		if kind == "redis-sentinel-wait" {
+			l.URL += "?wait_replicas=1"
+			l.outside[FaultFailover] = "a Sentinel failover with WAIT for 1 replica: WAIT narrows the window, it does not make replication synchronous"
+		}
+	case "redlock":
+		g := testserver.RedisN(t, 5)
+		l.URL = "redlock://" + strings.Join(g.Addrs(), ",")
+		for _, n := range g.Nodes() {
+			l.servers = append(l.servers, n.Process)
+		}
+	case "zookeeper":
+		g := testserver.ZooKeeperEnsemble(t, 3)
+		l.URL = "zk://" + g.ConnectString() + "?session_timeout=4s"
+		for _, n := range g.Nodes() {
+			l.servers = append(l.servers, n.Process)
+		}
+		l.leader = g.Leader
+	case "etcd":
+		g := testserver.EtcdCluster(t, 3)
+		l.URL = "etcd://" + strings.Join(g.Addrs(), ",") + "/verify"
+		for _, n := range g.Nodes() {
+			l.servers = append(l.servers, n.Process)
+		}
+		l.leader = g.Leader
+	case "postgres", "postgres-session":
+		s := testserver.Postgres(t)
+		l.URL, l.servers = s.TestDSN(), []*testserver.Process{s.Process}
+		if kind == "postgres-session" {
+			l.URL += "&mode=session"
+		}
+	case "mysql", "mysql-session":
+		s := testserver.MariaDB(t)
+		l.URL, l.servers = "mysql://root@"+s.Addr()+"/test", []*testserver.Process{s.Process}
+		if kind == "mysql-session" {
+			l.URL += "?mode=session"
+		}
+	case "sqlite":
+		dir, err := os.MkdirTemp("", "dlock-verify-sqlite-")
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		l.URL = "sqlite://" + filepath.ToSlash(filepath.Join(dir, "locks.db"))
+	}
+	l.Version = serverVersion(kind)
+	return l, nil
+}
+
+// Close stops every server.
+func (l *Local) Close() { l.t.close() }
+
+// canServerFault says whether the store has servers to fault.
+func (l *Local) canServerFault() error {
+	if l.sentinel != nil {
+		return fmt.Errorf("server faults on a Sentinel group are its failover: use --faults failover")
+	}
+	if len(l.servers) == 0 {
+		return fmt.Errorf("server faults cannot be applied to %s: it has no server", l.Kind)
+	}
+	return nil
+}
+
+// targets picks the servers of the next server fault: the only server; 2
+// of Redlock's 5 masters (a minority); in an ensemble, the leader and a
+// follower in turn.
+func (l *Local) targets() ([]*testserver.Process, string) {
+	l.turn++
+	switch {
+	case len(l.servers) == 1:
+		return l.servers, "the server"
+	case l.leader == nil: // Redlock
+		i := l.turn % len(l.servers)
+		return []*testserver.Process{l.servers[i], l.servers[(i+1)%len(l.servers)]}, "2 of 5 masters"
+	}
+	leader, err := l.leader()
+	if err != nil || leader < 0 {
+		leader = 0
+	}
+	if l.turn%2 == 1 {
+		return []*testserver.Process{l.servers[leader]}, "the leader"
+	}
+	return []*testserver.Process{l.servers[(leader+1)%len(l.servers)]}, "a follower"
+}
+
+// apply runs one server fault and returns its fault record's label.
+func (l *Local) apply(kind string, ttl time.Duration) (string, error) {
+	if kind == FaultFailover {
+		if l.sentinel == nil {
+			return "", fmt.Errorf("failover needs --local redis-sentinel")
+		}
+		return l.failover()
+	}
+	ps, what := l.targets()
+	var errs []error
+	switch kind {
+	case FaultServerPause:
+		for _, p := range ps {
+			errs = append(errs, p.Pause())
+		}
+		time.Sleep(2 * ttl)
+		for _, p := range ps {
+			errs = append(errs, p.Resume())
+		}
+	case FaultServerKill:
+		for _, p := range ps {
+			errs = append(errs, p.Kill())
+		}
+		// Redlock's delayed restart: a master comes back empty only after
+		// the TTL, so the locks it forgot have expired everywhere.
+		time.Sleep(ttl * 3 / 2)
+		for _, p := range ps {
+			errs = append(errs, p.Restart())
+		}
+	default:
+		return "", fmt.Errorf("unknown server fault %q", kind)
+	}
+	return what, errors.Join(errs...)
+}
+
+// failover kills the Sentinel group's master, waits until the Sentinel
+// promotes the replica, and brings the old master back as its replica.
+func (l *Local) failover() (string, error) {
+	g := l.sentinel
+	cur, err := g.CurrentMaster()
+	if err != nil {
+		return "", err
+	}
+	old := g.Node(cur)
+	if old == nil {
+		return "", fmt.Errorf("the Sentinel names %s, not one of its nodes", cur)
+	}
+	if err := old.Kill(); err != nil {
+		return "", err
+	}
+	next, err := g.WaitFailover(cur, 30*time.Second)
+	if err != nil {
+		old.Restart()
+		return "", err
+	}
+	return "master " + cur + " killed, " + next + " promoted", old.RestartAsReplicaOf(next)
+}
+
+// serverVersion is the first line a server binary prints of its version,
+// or the embedded SQLite driver's module version.
+func serverVersion(kind string) string {
+	kind, _, _ = strings.Cut(kind, "-")
+	if kind == "sqlite" {
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, m := range bi.Deps {
+				if m.Path == "modernc.org/sqlite" {
+					return "modernc.org/sqlite " + m.Version + " (embedded)"
+				}
+			}
+		}
+		return "embedded"
+	}
+	return testserver.Version(kind)
+}
+
+// localT is the testserver.T of servers run outside tests.
+type localT struct {
+	log      io.Writer
+	mu       sync.Mutex
+	cleanups []func()
+	failed   bool
+}
+
+// localFatal carries a Fatalf or Skip of testserver out of StartLocal.
+type localFatal string
+
+func (t *localT) Helper()          {}
+func (t *localT) Cleanup(f func()) { t.mu.Lock(); t.cleanups = append(t.cleanups, f); t.mu.Unlock() }
+func (t *localT) Failed() bool     { t.mu.Lock(); defer t.mu.Unlock(); return t.failed }
+func (t *localT) Logf(format string, args ...any) {
+	if t.log != nil {
+		fmt.Fprintf(t.log, format+"\n", args...)
+	}
+}
+
+func (t *localT) Errorf(format string, args ...any) {
+	t.mu.Lock()
+	t.failed = true
+	t.mu.Unlock()
+	t.Logf(format, args...)
+}
+
+func (t *localT) Fatalf(format string, args ...any) {
+	t.Errorf(format, args...)
+	panic(localFatal(fmt.Sprintf(format, args...)))
+}
+
+func (t *localT) Skip(args ...any) { panic(localFatal(fmt.Sprint(args...))) }
+
+// close runs the clean-ups, last first.
+func (t *localT) close() {
+	t.mu.Lock()
+	cs := t.cleanups
+	t.cleanups = nil
+	t.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
+}
