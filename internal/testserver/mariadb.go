@@ -64,8 +64,15 @@ func MariaDB(t T, opts ...Option) *MariaDBServer {
 			return nil, err
 		}
 		data := filepath.Join(dir, "data")
+		// A temporary directory of its own: in the shared /tmp, a
+		// bootstrap's temporary table vanished under it once in CI
+		// ("Error on delete of '/tmp/#sql-temptable-...'").
+		tmp := filepath.Join(dir, "tmp")
+		if err := os.Mkdir(tmp, 0o700); err != nil {
+			return nil, err
+		}
 		iargs := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal",
-			"--skip-test-db", "--innodb-log-file-size=8M"}
+			"--skip-test-db", "--innodb-log-file-size=8M", "--tmpdir=" + tmp}
 		if asRoot {
 			iargs = append(iargs, "--user=root")
 		}
@@ -78,7 +85,7 @@ func MariaDB(t T, opts ...Option) *MariaDBServer {
 		socket := filepath.Join(dir, "sock")
 		args := []string{mariadbd, "--no-defaults", "--datadir=" + data, "--port=" + strconv.Itoa(ports[0]),
 			"--bind-address=127.0.0.1", "--socket=" + socket, "--pid-file=" + filepath.Join(dir, "pid"),
-			"--innodb-log-file-size=8M"}
+			"--innodb-log-file-size=8M", "--tmpdir=" + tmp}
 		if asRoot {
 			args = append(args, "--user=root")
 		}
