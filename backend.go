@@ -46,6 +46,25 @@ import (
 //     not a client the caller passed in).
 //
 // All methods must be safe for concurrent use.
+//
+// Writing a backend: copy mem/mem.go, the smallest complete backend (one
+// mutex stands for the store's atomicity; its comments say why each step
+// is there), and replace its map with the store's operations. Assert
+// var _ dlock.Backend = (*Backend)(nil), and run dlocktest.Run in the
+// backend's tests against a real server: it checks every rule above.
+// Then implement what the store allows of the optional interfaces, which
+// the Client finds by type assertion:
+//
+//   - [BatchRenewer]: renew every due lease in one round trip per tick.
+//   - [Inspector]: list holders, for Client.Inspect and `dlock status`,
+//     and let a Lock whose answer was cut off release its grant.
+//   - [Migrator]: create the store's schema ahead of use (`dlock migrate`).
+//   - [TTLLimiter]: refuse a TTL the store cannot keep (a session timeout).
+//   - [LossReporter]: end leases the store says are lost before the next
+//     renewal would tell.
+//
+// Register a URL scheme with [Register] in the package's init so that
+// [Open] and the dlock command can reach the backend by URL.
 type Backend interface {
 	// Acquire makes one attempt to grant req. When granted it returns the
 	// Grant. When the name is held by another owner it returns an error

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/mem"
 	"go.uber.org/goleak"
 )
@@ -155,13 +156,12 @@ func TestTransientRenewalErrorsAreRetried(t *testing.T) {
 // waitUntil polls cond until it holds, failing the test after limit.
 func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, limit)
+	dlocktest.WaitFor(t, limit, func() error {
+		if !cond() {
+			return fmt.Errorf("no %s", what)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestPersistentRenewalErrorLosesByDeadline(t *testing.T) {

@@ -63,25 +63,13 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	fail := func(kind, err error) (*Lease, error) {
 		return nil, &Error{Op: op, Name: m.name, Backend: c.desc, Kind: kind, Err: err}
 	}
-	if msg := validName(m.name, MaxNameLen); msg != "" {
-		return fail(ErrInvalidName, fmt.Errorf("name %s", msg))
-	}
-	if err := m.cfg.check(false); err != nil {
-		return fail(ErrInvalidOption, err)
-	}
-	if err := c.checkTTL(m.cfg.ttl); err != nil {
-		return fail(ErrInvalidOption, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(ErrNotAcquired, err)
+	if kind, err := m.check(ctx); err != nil {
+		return fail(kind, err)
 	}
 	key := encodeKey(c.cfg.namespace, m.name)
-	owner := m.cfg.owner
-	if outer := LeaseFrom(ctx); outer != nil && outer.c.b == c.b && outer.key == key {
-		if err := outer.Err(); err != nil {
-			return fail(ErrLeaseLost, fmt.Errorf("the outer lease in the context is over: %w", err))
-		}
-		owner = outer.owner
+	owner, err := m.owner(ctx, key)
+	if err != nil {
+		return fail(ErrLeaseLost, err)
 	}
 	fresh := owner == "" // only this acquisition can hold with its owner
 	if fresh {
@@ -104,86 +92,157 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	stop := context.AfterFunc(c.closing, cancel)
 	defer stop()
 
-	req := Request{Name: key, Owner: owner, TTL: m.cfg.ttl, Fair: m.cfg.fair, Wait: wait}
-	a := calls{c: c, limit: limit, ctx: ctx, name: m.name, key: key, owner: owner, fresh: fresh}
-	busy := false // a call of w was left running: it withdraws w when it ends
-	clk := c.cfg.clock
-	sent := clk.Now()
-	g, w, err := a.acquire(req)
-	cut := a.cut(err) // the last attempt's outcome is unknown
-	var (
-		seen     Holder // the holder OnWait was last told of
-		lastBusy error  // the last "held by" answer, for the error if ctx ends
-	)
-	var backoff time.Duration
-wait:
-	for w != nil && err != nil {
-		switch {
-		case errors.Is(err, ErrNotAcquired):
-			backoff = 0
-			lastBusy = err
-			if m.cfg.onWait != nil {
-				var held *HeldError
-				if errors.As(err, &held) && (held.Holder.Owner != seen.Owner || held.Holder.Token != seen.Token) {
-					seen = held.Holder
-					m.cfg.onWait(held.Holder)
-				}
-			}
-			err = a.wait(w)
-		case errors.Is(err, ErrBackendUnavailable) && ctx.Err() == nil:
-			// A waiter rides out a store that is briefly unreachable (a
-			// restart, an election) until its context ends; only the
-			// first attempt reports such an error at once.
-			backoff = min(max(2*backoff, 10*time.Millisecond), time.Second)
-			c.cfg.logger.Debug("dlock: backend unavailable while waiting; retrying",
-				"lock", m.name, "backend", c.desc, "in", backoff, "err", err)
-			err = sleepCtx(ctx, backoff)
-		default:
-			break wait
-		}
-		if err != nil {
-			busy = isNoAnswer(err)
-			continue // the switch judges the error of Wait or of the pause
-		}
-		sent = clk.Now()
-		g, err = a.attempt(w)
-		busy = isNoAnswer(err)
-		cut = a.cut(err)
-		if err == nil && g.Age > 0 {
-			sent = sent.Add(-g.Age)
-		}
-	}
+	q := acquisition{m: m, a: calls{c: c, limit: limit, ctx: ctx, name: m.name, key: key, owner: owner, fresh: fresh}}
+	g, err := q.run(Request{Name: key, Owner: owner, TTL: m.cfg.ttl, Fair: m.cfg.fair, Wait: wait})
 	if err != nil {
-		if cut && !busy {
-			// The attempt was cut off by ctx: it may have been granted.
-			a.c.bg.Add(1)
-			go func() {
-				defer a.c.bg.Done()
-				a.compensate()
-			}()
-		}
-		if w != nil && !busy {
-			a.cancel(w)
-		}
-		if c.closing.Err() != nil {
-			return fail(ErrClosed, err)
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			// The wait ended by cancellation: match ErrNotAcquired and ctx.Err().
-			if !errors.Is(err, ctxErr) {
-				err = chain{err, ctxErr}
-			}
-			if lastBusy != nil && !errors.Is(err, ErrNotAcquired) {
-				// Say who held the lock when the wait ended.
-				err = chain{lastBusy, err}
-			}
-			return fail(ErrNotAcquired, err)
-		}
-		return fail(kindOf(err), err)
+		return fail(q.abandon(err))
 	}
-	l := newLease(c, m, key, owner, g, sent)
+	l := newLease(c, m, key, owner, g, q.sent)
 	c.keeper.add(l)
 	return l, nil
+}
+
+// check refuses, before any backend call, a bad name or option, a TTL
+// above the backend's limit and a ctx that has already ended; it returns
+// the error's kind with the error.
+func (m *Mutex) check(ctx context.Context) (kind, err error) {
+	if msg := validName(m.name, MaxNameLen); msg != "" {
+		return ErrInvalidName, fmt.Errorf("name %s", msg)
+	}
+	if err := m.cfg.check(false); err != nil {
+		return ErrInvalidOption, err
+	}
+	if err := m.c.checkTTL(m.cfg.ttl); err != nil {
+		return ErrInvalidOption, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ErrNotAcquired, err
+	}
+	return nil, nil
+}
+
+// owner returns the owner to acquire key with: that of a lease of the same
+// lock carried by ctx (which then re-enters), else the Mutex's explicit
+// Owner, else "" for a fresh one. An outer lease that is over is an error.
+func (m *Mutex) owner(ctx context.Context, key string) (string, error) {
+	if outer := LeaseFrom(ctx); outer != nil && outer.c.b == m.c.b && outer.key == key {
+		if err := outer.Err(); err != nil {
+			return "", fmt.Errorf("the outer lease in the context is over: %w", err)
+		}
+		return outer.owner, nil
+	}
+	return m.cfg.owner, nil
+}
+
+// An acquisition is one Lock or TryLock after its checks: the first
+// attempt, then for Lock the wait-and-attempt loop over the backend's
+// Waiter, and on failure the undoing of what it may have left behind.
+type acquisition struct {
+	m        *Mutex
+	a        calls
+	w        Waiter
+	sent     time.Time     // when the granting request was sent, less the grant's Age
+	busy     bool          // a call of w was left running: it withdraws w when it ends
+	cut      bool          // the last attempt's outcome is unknown
+	seen     Holder        // the holder OnWait was last told of
+	lastBusy error         // the last "held by" answer, for the error if ctx ends
+	backoff  time.Duration // the pause after the store was last unreachable
+}
+
+// run makes the first attempt and, while the backend gave a Waiter, waits
+// and attempts again until granted or an error ends the acquisition.
+func (q *acquisition) run(req Request) (Grant, error) {
+	q.sent = q.m.c.cfg.clock.Now()
+	g, w, err := q.a.acquire(req)
+	q.w = w
+	q.cut = q.a.cut(err)
+	for q.w != nil && err != nil {
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			err = q.waitRelease(err)
+		case errors.Is(err, ErrBackendUnavailable) && q.a.ctx.Err() == nil:
+			err = q.pause(err)
+		default:
+			return g, err
+		}
+		if err != nil {
+			q.busy = isNoAnswer(err)
+			continue // the switch judges the error of Wait or of the pause
+		}
+		g, err = q.attempt()
+	}
+	return g, err
+}
+
+// waitRelease tells OnWait of a new holder named by refusal (an
+// ErrNotAcquired answer) and waits for the backend's wake-up.
+func (q *acquisition) waitRelease(refusal error) error {
+	q.backoff = 0
+	q.lastBusy = refusal
+	if onWait := q.m.cfg.onWait; onWait != nil {
+		var held *HeldError
+		if errors.As(refusal, &held) && (held.Holder.Owner != q.seen.Owner || held.Holder.Token != q.seen.Token) {
+			q.seen = held.Holder
+			onWait(held.Holder)
+		}
+	}
+	return q.a.wait(q.w)
+}
+
+// pause rides out a store that is briefly unreachable (a restart, an
+// election) with a growing backoff; only the first attempt reports such an
+// error at once.
+func (q *acquisition) pause(err error) error {
+	c := q.m.c
+	q.backoff = min(max(2*q.backoff, 10*time.Millisecond), time.Second)
+	c.cfg.logger.Debug("dlock: backend unavailable while waiting; retrying",
+		"lock", q.m.name, "backend", c.desc, "in", q.backoff, "err", err)
+	return sleepCtx(q.a.ctx, q.backoff)
+}
+
+// attempt makes the Waiter's next attempt.
+func (q *acquisition) attempt() (Grant, error) {
+	q.sent = q.m.c.cfg.clock.Now()
+	g, err := q.a.attempt(q.w)
+	q.busy = isNoAnswer(err)
+	q.cut = q.a.cut(err)
+	if err == nil && g.Age > 0 {
+		q.sent = q.sent.Add(-g.Age)
+	}
+	return g, err
+}
+
+// abandon undoes what a failed acquisition may have left behind — a grant
+// whose answer was cut off, a registered Waiter — and returns the kind and
+// the error to report.
+func (q *acquisition) abandon(err error) (kind, _ error) {
+	if q.cut && !q.busy {
+		// The attempt was cut off by ctx: it may have been granted.
+		a := q.a
+		a.c.bg.Add(1)
+		go func() {
+			defer a.c.bg.Done()
+			a.compensate()
+		}()
+	}
+	if q.w != nil && !q.busy {
+		q.a.cancel(q.w)
+	}
+	if q.m.c.closing.Err() != nil {
+		return ErrClosed, err
+	}
+	if ctxErr := q.a.ctx.Err(); ctxErr != nil {
+		// The wait ended by cancellation: match ErrNotAcquired and ctx.Err().
+		if !errors.Is(err, ctxErr) {
+			err = chain{err, ctxErr}
+		}
+		if q.lastBusy != nil && !errors.Is(err, ErrNotAcquired) {
+			// Say who held the lock when the wait ended.
+			err = chain{q.lastBusy, err}
+		}
+		return ErrNotAcquired, err
+	}
+	return kindOf(err), err
 }
 
 // CheckName reports whether name is a valid lock name: 1-255 bytes of

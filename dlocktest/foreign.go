@@ -68,7 +68,7 @@ type foreignHooks struct {
 // name, in a form that changes whenever any of them changes, so that the
 // item can check that nothing was written.
 func PlantForeign(plant func(ctx context.Context, name string, kind ForeignKind) error, dump func(ctx context.Context, name string) (string, error)) Option {
-	return func(c *config) { c.foreign = &foreignHooks{plant: plant, dump: dump} }
+	return optionFunc(func(c *config) { c.foreign = &foreignHooks{plant: plant, dump: dump} })
 }
 
 // foreignData plants each kind of foreign data at a name and checks that
@@ -141,6 +141,21 @@ func (s *suite) foreignKind(h *foreignHooks, kind ForeignKind) {
 		t.Errorf("the attempts on foreign data changed it:\nbefore %s\nafter  %s", before, after)
 	}
 
+	s.inspectForeign(ctx, c, good, name, before)
+
+	other, err := c.Mutex(s.name("other")).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock of another name beside foreign data: %v", err)
+	}
+	s.unlock(other)
+	s.unlock(good)
+}
+
+// inspectForeign checks that Inspect lists the foreign record at name
+// (dumped as before) marked bad, beside the good lease's lock unmarked.
+func (s *suite) inspectForeign(ctx context.Context, c *dlock.Client, good *dlock.Lease, name, before string) {
+	t := s.t
+	t.Helper()
 	infos, err := c.Inspect(ctx, s.prefix)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
@@ -170,11 +185,4 @@ func (s *suite) foreignKind(h *foreignHooks, kind ForeignKind) {
 			t.Errorf("Inspect does not list the held lock %q beside the foreign record: %+v", good.Name(), infos)
 		}
 	}
-
-	other, err := c.Mutex(s.name("other")).TryLock(ctx)
-	if err != nil {
-		t.Fatalf("TryLock of another name beside foreign data: %v", err)
-	}
-	s.unlock(other)
-	s.unlock(good)
 }

@@ -16,7 +16,7 @@ import (
 // rows, nodes) of dlock's the store holds for names that start with prefix,
 // and lets the item check that free names leave nothing behind.
 func Reclaim(reclaim func(ctx context.Context) error, count func(ctx context.Context, prefix string) (int, error)) Option {
-	return func(c *config) { c.reclaim = &reclaimHooks{reclaim: reclaim, count: count} }
+	return optionFunc(func(c *config) { c.reclaim = &reclaimHooks{reclaim: reclaim, count: count} })
 }
 
 type reclaimHooks struct {

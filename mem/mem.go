@@ -1,16 +1,34 @@
 // Package mem is an in-process dlock backend: locks shared by the
-// goroutines of one process, with the same semantics as the distributed
+// goroutines of one process, with the semantics of the distributed
 // backends (fencing tokens, TTL expiry, reentrancy, fair queueing, waiters
 // woken on release). Use it for single-process programs and fast unit
-// tests; it is not a stand-in for a real server in backend tests.
+// tests, not as a stand-in for a server in a backend's tests.
 //
-// Import it for the "mem" URL scheme: "mem://" opens a fresh private store,
-// "mem://NAME" the store of that name shared by everything in the process
-// that opens it.
+// It is also the template for a new backend (see [dlock.Backend]): one
+// mutex stands for the store's atomicity, and the comments say which rule
+// of the contract each step keeps.
 //
-// The longest TTL is [dlock.MaxTTL] (24 h), the Client's ceiling for
-// backends that state none: mem keeps expiry as a time.Time and could keep
-// any duration, but a day bounds how long an abandoned hold blocks a lock.
+// # URL
+//
+// Import the package for the "mem" scheme: "mem://" opens a fresh private
+// store, "mem://NAME" the store of that name shared by everything in the
+// process that opens it. Nothing else is accepted.
+//
+// # Constructors
+//
+// A [Store] is what a client is to the other backends: the caller owns it,
+// [Store.Backend] makes a backend on it (the shape of their New), and
+// closing that backend leaves the store to its other backends. [Named] is
+// the store at an address; [New] a backend on a fresh store. There is no
+// Open, ParseURL or Option: nothing is dialled, nothing can fail and
+// nothing is configured, so they would be forms with nothing in them.
+//
+// # Guarantees
+//
+// Exact within the process, by one mutex per store. The longest TTL is
+// [dlock.MaxTTL] (24 h), the Client's ceiling for backends that state
+// none: mem could keep any duration, but a day bounds how long an
+// abandoned hold blocks a lock.
 //
 // # State
 //
@@ -35,20 +53,24 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-func init() {
-	dlock.Register("mem", func(_ context.Context, u *url.URL) (dlock.Backend, error) {
-		if u.Opaque != "" || u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
-			return nil, fmt.Errorf("%w: mem URL %q must be mem:// or mem://NAME", dlock.ErrInvalidOption, u.Redacted())
-		}
-		if u.Host == "" {
-			return New(), nil
-		}
-		return Named(u.Host).Backend(), nil
-	})
+// The scheme makes the backend reachable by dlock.Open and the dlock
+// command; a bad URL is refused with ErrInvalidOption, naming the URL.
+func init() { dlock.Register("mem", openURL) }
+
+func openURL(_ context.Context, u *url.URL) (dlock.Backend, error) {
+	if u.Opaque != "" || u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("%w: mem URL %q must be mem:// or mem://NAME", dlock.ErrInvalidOption, u.Redacted())
+	}
+	if u.Host == "" {
+		return New(), nil
+	}
+	return Named(u.Host).Backend(), nil
 }
 
 // Store is the lock state of one in-process lock space. Backends made from
-// one Store see the same locks, like clients of one server.
+// one Store see the same locks, like clients of one server. Its mutex is
+// the store's atomicity: every operation below is one critical section, as
+// a server's script or transaction would be.
 type Store struct {
 	name   string
 	mu     sync.Mutex
@@ -102,12 +124,15 @@ func (s *Store) Backend() *Backend { return &Backend{s: s} }
 // New returns a backend on a new private store.
 func New() *Backend { return NewStore().Backend() }
 
-// Backend is a dlock.Backend on a Store.
+// Backend is a dlock.Backend on a Store. It holds no lock state of its
+// own: the Client keeps leases, renewal and loss, the store keeps holds.
 type Backend struct {
 	s      *Store
 	closed sync.Once
 }
 
+// The Client finds the optional interfaces by type assertion; these
+// assertions keep a signature change from silently dropping one.
 var (
 	_ dlock.Backend      = (*Backend)(nil)
 	_ dlock.BatchRenewer = (*Backend)(nil)
@@ -122,7 +147,8 @@ func (b *Backend) String() string {
 	return "mem"
 }
 
-// Close does nothing: the store lives on for its other backends.
+// Close does nothing: the store lives on for its other backends, as a
+// client the caller passed in outlives a backend made on it.
 func (b *Backend) Close() error { return nil }
 
 // get returns the state of name, creating it. s.mu is held.
@@ -212,8 +238,11 @@ func (s *Store) tidy(name string, l *lock) {
 	}
 }
 
-// try is one atomic attempt for req by waiter w (nil for a newcomer).
-// s.mu is held.
+// try is one atomic attempt for req by waiter w (nil for a newcomer): it
+// re-enters the owner's own hold (the same token, count+1), refuses naming
+// the holder (a *dlock.HeldError lets Lock report who holds it), or grants
+// with a token from the store's counter, which never goes back. s.mu is
+// held.
 func (s *Store) try(req dlock.Request, w *waiter, now time.Time) (dlock.Grant, error) {
 	l := s.get(req.Name)
 	if s.heldLocked(l, now) {
@@ -246,8 +275,12 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// Acquire makes one attempt; see dlock.Backend.
+// Acquire makes one attempt; see dlock.Backend. A refused request that
+// will wait gets a Waiter that is already registered (in the fair queue, or
+// counted for Inspect), as the contract asks; one that will not wait
+// leaves nothing behind.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	// An ended ctx is answered at once, as a server call would be.
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, nil, err
 	}
@@ -289,7 +322,10 @@ type waiter struct {
 	counted bool
 }
 
-// Wait blocks until the lock changes or its holder's TTL runs out.
+// Wait blocks until the lock changes or its holder's TTL runs out: it is
+// woken by the release itself, never by polling, and returns at once when
+// the lock is already free for it. An early return is allowed; the
+// Client's next Acquire tells.
 func (w *waiter) Wait(ctx context.Context) error {
 	s := w.s
 	s.mu.Lock()
@@ -347,7 +383,9 @@ func (w *waiter) uncount() {
 	}
 }
 
-// Cancel leaves the queue.
+// Cancel withdraws the waiter and leaves nothing behind; when it was the
+// head of the fair queue, the next waiter is signalled so that it is not
+// held up by a waiter that is gone.
 func (w *waiter) Cancel(context.Context) error {
 	s := w.s
 	s.mu.Lock()
@@ -371,7 +409,9 @@ func (w *waiter) Cancel(context.Context) error {
 	return nil
 }
 
-// owned returns the lock state of h if h still holds it. s.mu is held.
+// owned returns the lock state of h if h still holds it, and otherwise an
+// ErrLeaseLost error: Renew and Release act only for the owner and token
+// that hold the name. s.mu is held.
 func (s *Store) owned(h dlock.Hold, now time.Time) (*lock, error) {
 	l := s.locks[h.Name]
 	if l == nil || !s.heldLocked(l, now) {
@@ -423,7 +463,8 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	return errs
 }
 
-// Release gives up one hold.
+// Release gives up one hold; at count zero it frees the name, which wakes
+// its waiters (see free).
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -93,17 +93,12 @@ func dlockKeys(t testing.TB, rdb goredis.UniversalClient, kp string) (locks, fen
 // and fails with what is left.
 func waitKeys(t testing.TB, rdb goredis.UniversalClient, kp string, bound time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		locks, _ := dlockKeys(t, rdb, kp)
-		if len(locks) == 0 {
-			return
+	dlocktest.WaitFor(t, bound, func() error {
+		if locks, _ := dlockKeys(t, rdb, kp); len(locks) > 0 {
+			return fmt.Errorf("%d lock keys are still there after they were free (first: %v)", len(locks), locks[:min(len(locks), 5)])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d lock keys are still there %v after they were free (first: %v)", len(locks), bound, locks[:min(len(locks), 5)])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // testReclaimScale is the measured-state test: 10,000 distinct names locked

@@ -80,17 +80,12 @@ func lockKeysLeft(t *testing.T, g *testserver.RedisGroup) (locks []string, fence
 // waitLocks waits (loosely bounded) until no master has a lock key left.
 func waitLocks(t *testing.T, g *testserver.RedisGroup, bound time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		locks, _ := lockKeysLeft(t, g)
-		if len(locks) == 0 {
-			return
+	dlocktest.WaitFor(t, bound, func() error {
+		if locks, _ := lockKeysLeft(t, g); len(locks) > 0 {
+			return fmt.Errorf("%d lock keys are left after their names were free (first %v)", len(locks), locks[:min(len(locks), 5)])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d lock keys are left %v after their names were free (first %v)", len(locks), bound, locks[:min(len(locks), 5)])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestReclaimScale: 10,000 distinct names locked and released on 3

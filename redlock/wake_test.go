@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	"github.com/dlock-dev/dlock/redlock"
 )
@@ -15,8 +16,7 @@ import (
 // waitQueued waits until every master has n waiters in the queue key.
 func waitQueued(t *testing.T, g *testserver.RedisGroup, key string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	dlocktest.WaitFor(t, 30*time.Second, func() error {
 		all := true
 		var counts []int64
 		for _, s := range g.Nodes() {
@@ -30,38 +30,29 @@ func waitQueued(t *testing.T, g *testserver.RedisGroup, key string, n int) {
 				all = false
 			}
 		}
-		if all {
-			return
+		if !all {
+			return fmt.Errorf("%s: not %d waiters queued on every master: %v", key, n, counts)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not %d waiters queued on every master: %v", key, n, counts)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // waitHeldEverywhere waits until every master has a holder in the lock
 // hash key.
 func waitHeldEverywhere(t *testing.T, g *testserver.RedisGroup, key string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		all := true
+	dlocktest.WaitFor(t, 30*time.Second, func() error {
 		for _, s := range g.Nodes() {
 			v, err := s.Do(context.Background(), "HEXISTS", key, "o")
 			if err != nil {
 				t.Fatal(err)
 			}
-			all = all && v == int64(1)
+			if v != int64(1) {
+				return fmt.Errorf("%s: not held on every master", key)
+			}
 		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not held on every master", key)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestOwnGiveBackDoesNotWake: a holder holds 4 of the 5 masters and the

@@ -161,49 +161,17 @@ func (f *runFlags) isSet(name string) bool {
 }
 
 func runRun(ctx context.Context, e *env, opts any, args []string) int {
-	c := lookup("run")
 	f := opts.(*runFlags)
-	switch {
-	case !f.isSet("name"):
-		return usageError(e, c, "--name is required")
-	case len(args) == 0:
-		return usageError(e, c, "no command to run; give it after --")
-	case f.wait.d < 0:
-		return usageError(e, c, "--wait %v is negative", f.wait.d)
-	case f.grace.d < 0:
-		return usageError(e, c, "--grace %v is negative", f.grace.d)
+	if code, ok := f.check(e, args); !ok {
+		return code
 	}
-	mopts := []dlock.Option{}
-	if f.ttl.set {
-		mopts = append(mopts, dlock.TTL(f.ttl.d))
-	}
-	if f.isSet("owner") {
-		mopts = append(mopts, dlock.Owner(f.owner))
-	}
-	if f.fair {
-		mopts = append(mopts, dlock.Fair())
-	}
-
 	// Find the command before taking the lock.
-	cmd := exec.Command(args[0], args[1:]...)
-	if cmd.Err == nil && strings.ContainsRune(args[0], filepath.Separator) {
-		// exec.Command looks up bare names only.
-		_, cmd.Err = exec.LookPath(args[0])
+	cmd, err := findCommand(args)
+	if err != nil {
+		e.errorf("cannot run %q: %v", args[0], err)
+		return startFailureCode(err)
 	}
-	if cmd.Err != nil {
-		e.errorf("cannot run %q: %v", args[0], cmd.Err)
-		return startFailureCode(cmd.Err)
-	}
-
-	// Signals that dlock was started with ignored (SIGHUP under nohup,
-	// SIGINT for a background job of a script) stay ignored, by dlock and
-	// by the command, which inherits that.
-	sigs := make(chan os.Signal, 8)
-	for _, sig := range forwarded {
-		if !signal.Ignored(sig) {
-			signal.Notify(sigs, sig)
-		}
-	}
+	sigs := notifyForwarded()
 	defer signal.Stop(sigs)
 
 	// Until the command runs, a signal ends dlock: opening and waiting are
@@ -224,7 +192,7 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 		}
 	}()
 
-	lease, err := acquire(ictx, e, client, f, mopts)
+	lease, err := acquire(ictx, e, client, f, f.mutexOptions())
 	if sig := interrupted(); sig != nil {
 		if lease != nil {
 			uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
@@ -238,6 +206,69 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 		return errorCode(err)
 	}
 	code = runHolding(e, f, lease, cmd, url, sigs)
+	return unlockAfter(e, f, lease, cmd, code)
+}
+
+// check refuses bad flags and a missing command with a usage error; ok is
+// false with the exit code when it does.
+func (f *runFlags) check(e *env, args []string) (code int, ok bool) {
+	c := lookup("run")
+	switch {
+	case !f.isSet("name"):
+		return usageError(e, c, "--name is required"), false
+	case len(args) == 0:
+		return usageError(e, c, "no command to run; give it after --"), false
+	case f.wait.d < 0:
+		return usageError(e, c, "--wait %v is negative", f.wait.d), false
+	case f.grace.d < 0:
+		return usageError(e, c, "--grace %v is negative", f.grace.d), false
+	}
+	return 0, true
+}
+
+// mutexOptions are the lock's options that the flags set.
+func (f *runFlags) mutexOptions() []dlock.Option {
+	mopts := []dlock.Option{}
+	if f.ttl.set {
+		mopts = append(mopts, dlock.TTL(f.ttl.d))
+	}
+	if f.isSet("owner") {
+		mopts = append(mopts, dlock.Owner(f.owner))
+	}
+	if f.fair {
+		mopts = append(mopts, dlock.Fair())
+	}
+	return mopts
+}
+
+// findCommand returns the command to run, or why it cannot be run.
+func findCommand(args []string) (*exec.Cmd, error) {
+	cmd := exec.Command(args[0], args[1:]...)
+	if cmd.Err == nil && strings.ContainsRune(args[0], filepath.Separator) {
+		// exec.Command looks up bare names only.
+		_, cmd.Err = exec.LookPath(args[0])
+	}
+	return cmd, cmd.Err
+}
+
+// notifyForwarded returns a channel of the signals dlock passes on to the
+// command. Signals that dlock was started with ignored (SIGHUP under
+// nohup, SIGINT for a background job of a script) stay ignored, by dlock
+// and by the command, which inherits that.
+func notifyForwarded() chan os.Signal {
+	sigs := make(chan os.Signal, 8)
+	for _, sig := range forwarded {
+		if !signal.Ignored(sig) {
+			signal.Notify(sigs, sig)
+		}
+	}
+	return sigs
+}
+
+// unlockAfter releases lease after the command ended with exit code code
+// and returns dlock's exit code: code, or exitLost if the release finds
+// the lock taken over.
+func unlockAfter(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, code int) int {
 	timeout := unlockTimeout
 	if code == exitLost {
 		timeout = lostUnlockTimeout

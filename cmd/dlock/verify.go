@@ -150,56 +150,17 @@ func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 	if o.matrix {
 		return runMatrix(ctx, e, o)
 	}
-	var local *verify.Local
-	var url string
-	if o.local != "" {
-		if o.url != "" {
-			return usageError(e, c, "--url and --local exclude each other")
-		}
-		var err error
-		fmt.Fprintf(e.stderr, "dlock verify: starting %s servers\n", o.local)
-		if local, err = verify.StartLocal(o.local, nil); err != nil {
-			e.errorf("verify: %v", err)
-			return exitBackend
-		}
+	if o.local != "" && o.url != "" {
+		return usageError(e, c, "--url and --local exclude each other")
+	}
+	local, url, code := verifyBackend(e, c, o)
+	if local != nil {
 		defer local.Close()
-		url = local.URL
-	} else {
-		var err error
-		if url, err = backendURL(o.url, e.getenv); err != nil {
-			e.errorf("verify: %v", err)
-			return exitBackend
-		}
-		if o.connect.set {
-			if url, err = withConnectTimeout(url, o.connect.d); err != nil {
-				return usageError(e, c, "%v", err)
-			}
-		}
 	}
-	if o.mode != "" {
-		sep := "?"
-		if strings.Contains(url, "?") {
-			sep = "&"
-		}
-		url += sep + "mode=" + o.mode
+	if code != exitOK {
+		return code
 	}
-	cfg := verify.Config{
-		URL: url, Name: o.name, Workers: o.workers, Fair: o.fair, Seed: o.seed, Skew: o.skew,
-		Out: o.out, Mutate: o.mutate, Duration: 30 * time.Second, TTL: time.Second,
-		Progress: e.stderr, Local: local,
-	}
-	if o.duration.set {
-		cfg.Duration = o.duration.d
-	}
-	if o.ttl.set {
-		cfg.TTL = o.ttl.d
-	}
-	if cfg.Seed == 0 {
-		cfg.Seed = uint64(time.Now().UnixNano())
-	}
-	if o.faults != "none" && o.faults != "" {
-		cfg.Faults = strings.Split(o.faults, ",")
-	}
+	cfg := o.config(e, url, local)
 	self, err := os.Executable()
 	if err != nil {
 		e.errorf("verify: cannot find the dlock binary to start workers: %v", err)
@@ -224,6 +185,62 @@ func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// verifyBackend starts the servers of --local, or finds the backend's URL
+// (--url, $DLOCK_URL, with --connect-timeout), and adds --mode to the URL.
+// code is exitOK unless that fails; a Local it returns is the caller's to
+// close.
+func verifyBackend(e *env, c *command, o *verifyOpts) (local *verify.Local, url string, code int) {
+	var err error
+	if o.local != "" {
+		fmt.Fprintf(e.stderr, "dlock verify: starting %s servers\n", o.local)
+		if local, err = verify.StartLocal(o.local, nil); err != nil {
+			e.errorf("verify: %v", err)
+			return nil, "", exitBackend
+		}
+		url = local.URL
+	} else {
+		if url, err = backendURL(o.url, e.getenv); err != nil {
+			e.errorf("verify: %v", err)
+			return nil, "", exitBackend
+		}
+		if o.connect.set {
+			if url, err = withConnectTimeout(url, o.connect.d); err != nil {
+				return nil, "", usageError(e, c, "%v", err)
+			}
+		}
+	}
+	if o.mode != "" {
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		url += sep + "mode=" + o.mode
+	}
+	return local, url, exitOK
+}
+
+// config is the run's configuration from the flags, without Command.
+func (o *verifyOpts) config(e *env, url string, local *verify.Local) verify.Config {
+	cfg := verify.Config{
+		URL: url, Name: o.name, Workers: o.workers, Fair: o.fair, Seed: o.seed, Skew: o.skew,
+		Out: o.out, Mutate: o.mutate, Duration: 30 * time.Second, TTL: time.Second,
+		Progress: e.stderr, Local: local,
+	}
+	if o.duration.set {
+		cfg.Duration = o.duration.d
+	}
+	if o.ttl.set {
+		cfg.TTL = o.ttl.d
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	if o.faults != "none" && o.faults != "" {
+		cfg.Faults = strings.Split(o.faults, ",")
+	}
+	return cfg
 }
 
 var errUsage = errors.New("usage")
