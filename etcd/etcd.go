@@ -25,9 +25,9 @@ import (
 // DefaultPrefix is the key prefix when none is given.
 const DefaultPrefix = "dlock"
 
-// DefaultDialTimeout bounds the connection set-up of [Open] and the "etcd"
-// URL scheme when the URL gives no connect_timeout (or dial-timeout, its
-// other name): [dlock.DefaultConnectTimeout].
+// DefaultDialTimeout bounds the connection set-up of [Open] when no
+// [ConnectTimeout] is given (nor connect_timeout or dial-timeout in the
+// URL): [dlock.DefaultConnectTimeout].
 const DefaultDialTimeout = dlock.DefaultConnectTimeout
 
 func init() {

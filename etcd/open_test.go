@@ -2,9 +2,11 @@ package etcd_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/dlock-dev/dlock/internal/opentest"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // TestOpenFails: Open of an etcd:// URL that reaches no etcd returns
@@ -94,5 +98,32 @@ func TestNew(t *testing.T) {
 	}
 	if _, err := cli.Get(ctx, "new/n/", clientv3.WithPrefix()); err != nil {
 		t.Errorf("the caller's client after Close: %v", err)
+	}
+}
+
+// TestOpenOptions: the client options reach Open's client. With TLS, Open
+// of a plain-text etcd (which the same Open without TLS reaches) fails;
+// DialOptions' interceptor sees Open's request.
+func TestOpenOptions(t *testing.T) {
+	srv := testserver.Etcd(t, fastElection)
+	ctx := ctxT(t, time.Minute)
+	if b, err := etcd.Open(ctx, srv.Addr(), etcd.TLS(&tls.Config{}), etcd.ConnectTimeout(2*time.Second)); !errors.Is(err, dlock.ErrBackendUnavailable) {
+		if b != nil {
+			b.Close()
+		}
+		t.Errorf("Open over TLS of a plain-text etcd: %v, want ErrBackendUnavailable", err)
+	}
+	var calls atomic.Int64
+	count := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		calls.Add(1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	b, err := etcd.Open(ctx, srv.Addr(), etcd.DialOptions(count), etcd.Logger(zap.NewNop()))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer b.Close()
+	if calls.Load() == 0 {
+		t.Errorf("the DialOptions interceptor saw no request of Open")
 	}
 }

@@ -1,11 +1,13 @@
 package zookeeper_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/zookeeper"
@@ -50,6 +52,25 @@ func TestParseURL(t *testing.T) {
 		}
 		if addr != tc.addr {
 			t.Errorf("%s: addr %q, want %q", tc.url, addr, tc.addr)
+		}
+	}
+}
+
+// Open and New refuse bad arguments with ErrInvalidOption before they
+// reach a server.
+func TestBadArguments(t *testing.T) {
+	ctx := context.Background()
+	for name, err := range map[string]error{
+		"Open without servers": func() error { _, err := zookeeper.Open(ctx, " , "); return err }(),
+		"Open with a negative session timeout": func() error {
+			_, err := zookeeper.Open(ctx, "127.0.0.1:1", zookeeper.SessionTimeout(-time.Second))
+			return err
+		}(),
+		"Open with a relative root": func() error { _, err := zookeeper.Open(ctx, "127.0.0.1:1", zookeeper.Root("locks")); return err }(),
+		"New without a connection":  func() error { _, err := zookeeper.New(nil); return err }(),
+	} {
+		if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(fmt.Sprint(err), "zookeeper") {
+			t.Errorf("%s: %v, want ErrInvalidOption naming zookeeper", name, err)
 		}
 	}
 }
