@@ -117,7 +117,8 @@ func newEtcdDlock(b *testing.B, endpoints []string) (dlocktest.Locker, *etcdCoun
 	ct := &etcdCounter{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	be, err := etcd.Open(ctx, etcdConfig(endpoints, ct), etcd.Prefix("dlockbench"))
+	be, err := etcd.Open(ctx, strings.Join(endpoints, ","), etcd.Prefix("dlockbench"),
+		etcd.ConnectTimeout(10*time.Second), etcd.DialOptions(ct.dialOptions()...))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,7 +66,7 @@ type traffic struct{ reqs, events int64 }
 func newZKDlock(b *testing.B, servers []string, opts ...dlock.Option) (dlocktest.Locker, func() traffic) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	be, err := zookeeper.Connect(ctx, servers, zookeeper.Root("/dlockbench"))
+	be, err := zookeeper.Open(ctx, strings.Join(servers, ","), zookeeper.Root("/dlockbench"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,11 +3,11 @@ package etcd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/errkind"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -48,7 +48,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func heldError(first *mvccpb.KeyValue) error {
 	if first == nil {
-		return &kindError{kind: dlock.ErrNotAcquired, msg: "etcd: held"}
+		return errkind.Errorf(dlock.ErrNotAcquired, "etcd: held")
 	}
 	return &dlock.HeldError{Holder: dlock.Holder{Owner: decode(first).Owner, Token: uint64(first.CreateRevision)}}
 }
@@ -76,166 +76,222 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, nil, err
 	}
-	start := time.Now()
-	need := ttlSeconds(req.TTL)
-	per := attemptTimeout(req.TTL)
-	lp := b.lockPrefix(req.Name)
-	val := encode(req.Owner, 1)
-	first := clientv3.WithFirstCreate()
-	last := clientv3.WithLastCreate()
-	empty := clientv3.Compare(clientv3.CreateRevision(lp), "=", 0).WithPrefix()
+	a := &acquisition{b: b, ctx: ctx, req: req, start: time.Now(), need: ttlSeconds(req.TTL),
+		lp: b.lockPrefix(req.Name), val: encode(req.Owner, 1)}
+	defer a.settle()
+	next := retry
+	for n := 0; ; n++ {
+		if n > 0 && next != retryNow {
+			if time.Since(a.start) > retryBudget || sleepCtx(ctx, backoff(n)) != nil {
+				return dlock.Grant{}, nil, wrap(ctx, "acquiring", a.lastErr)
+			}
+		}
+		var r result
+		if r, next = a.attempt(n); next == final {
+			return r.g, r.w, r.err
+		}
+	}
+}
 
-	var (
-		cur       *spareLease // the attempts' lease; nil to take one
-		confirmed bool        // etcd had cur after start, so it lives a TTL from then
-		clean     = true      // no key can be on cur
-		keep      bool        // cur is in use by a grant or a waiter
-		lastErr   error
-		quick     bool // retry at once (a spare lease had expired)
-	)
-	defer func() {
+// acquisition is one call of Backend.Acquire: its attempts share one
+// lease, and what they learnt about it decides, at the end, whether the
+// lease is kept (by a grant or a waiter), kept as a spare, or revoked.
+type acquisition struct {
+	b     *Backend
+	ctx   context.Context
+	req   dlock.Request
+	start time.Time
+	need  int64  // the lease's TTL, seconds
+	lp    string // the lock's prefix
+	val   string // the key's value
+
+	cur       *spareLease // the attempts' lease; nil to take one
+	confirmed bool        // etcd had cur after start, so it lives a TTL from then
+	clean     bool        // no key can be on cur
+	keep      bool        // cur is in use by a grant or a waiter
+	lastErr   error       // of the last attempt that failed on etcd
+}
+
+// An outcome is where an attempt (or a step of one) leaves the acquisition.
+type outcome int
+
+const (
+	proceed  outcome = iota // go on with the attempt's next step
+	final                   // the acquisition has its answer
+	retry                   // try again after a pause
+	retryNow                // try again at once: the spare lease had expired
+)
+
+// result is the answer of Backend.Acquire.
+type result struct {
+	g   dlock.Grant
+	w   dlock.Waiter
+	err error
+}
+
+// attempt makes one try: a lease, the transaction, and what its answer
+// means.
+func (a *acquisition) attempt(n int) (result, outcome) {
+	actx, cancel := context.WithTimeout(a.ctx, attemptTimeout(a.req.TTL))
+	defer cancel()
+	if a.cur == nil {
+		if next, err := a.takeLease(actx); next != proceed {
+			return result{err: err}, next
+		}
+	}
+	h := &handle{name: a.req.Name, key: a.b.keyFor(a.req.Name, a.cur.id), own: a.cur.id, need: a.need,
+		ttl: a.cur.ttl, lease: a.cur.id, alive: a.cur.alive}
+	tr, next, err := a.transact(actx, h)
+	if next != proceed {
+		return result{err: err}, next
+	}
+	return a.answer(n, tr, h)
+}
+
+// takeLease gives the acquisition a lease: a spare, confirmed later by the
+// transaction's keep-alive, or a fresh grant.
+func (a *acquisition) takeLease(actx context.Context) (outcome, error) {
+	if p, ok := a.b.takeSpare(a.need); ok {
+		a.cur, a.confirmed, a.clean = &p, false, true
+		return proceed, nil
+	}
+	sent := time.Now()
+	lr, err := a.b.cli.Grant(actx, a.need)
+	if err != nil {
+		a.lastErr = err
+		if retryable(a.ctx, actx, err) {
+			return retry, nil
+		}
+		return final, wrap(a.ctx, "granting a lease", err)
+	}
+	a.cur, a.confirmed, a.clean = &spareLease{id: lr.ID, ttl: lr.TTL, alive: sent}, true, true
+	return proceed, nil
+}
+
+// transact puts the key h if the lock's prefix is empty, and otherwise
+// reads the holder and, for a waiting request, enqueues h and reads its
+// predecessor; a keep-alive sent with it confirms a spare lease.
+func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnResponse, outcome, error) {
+	put := clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id), clientv3.WithPrevKV())
+	els := []clientv3.Op{clientv3.OpGet(a.lp, clientv3.WithFirstCreate()...)}
+	if a.req.Wait {
+		els = append(els, clientv3.OpGet(a.lp, clientv3.WithLastCreate()...), put)
+	}
+	var kac chan keepAliveResult
+	if !a.confirmed {
+		kac = a.b.keepAliveAsync(actx, a.cur.id)
+	}
+	empty := clientv3.Compare(clientv3.CreateRevision(a.lp), "=", 0).WithPrefix()
+	tr, err := a.b.cli.Txn(actx).If(empty).Then(put).Else(els...).Commit()
+	if kac != nil {
+		ka := <-kac
 		switch {
-		case cur == nil || keep:
-		case clean && confirmed:
-			b.putSpare(need, *cur)
-		default:
-			// Deletes the key too, if an attempt whose answer was lost put it.
-			b.revokeLater(cur.id)
+		case ka.err == nil && ka.ttl > 0:
+			a.confirmed = true
+			a.cur.alive, h.alive = ka.sent, ka.sent
+		case ka.err == nil:
+			a.cur = nil // the spare lease expired, with any key put on it
+			return nil, retryNow, nil
+		case err == nil:
+			a.clean = false
+			err = ka.err
 		}
-	}()
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 && !quick {
-			if time.Since(start) > retryBudget || sleepCtx(ctx, backoff(attempt)) != nil {
-				return dlock.Grant{}, nil, wrap(ctx, "acquiring", lastErr)
-			}
+	}
+	if err == nil {
+		return tr, proceed, nil
+	}
+	a.lastErr = err
+	switch {
+	case leaseNotFound(err):
+		a.cur = nil // expired, and took any key with it
+		return nil, retryNow, nil
+	case retryable(a.ctx, actx, err):
+		a.clean = false
+		return nil, retry, nil
+	}
+	a.clean = false
+	return nil, final, wrap(a.ctx, "acquiring", err)
+}
+
+// answer turns the transaction's answer into the acquisition's: a grant,
+// a reentry, a waiter, or the holder.
+func (a *acquisition) answer(n int, tr *clientv3.TxnResponse, h *handle) (result, outcome) {
+	holder := firstKV(tr, 0)
+	switch {
+	case tr.Succeeded:
+		return a.granted(tr.Header.Revision, holder, h), final
+	case holder != nil && string(holder.Key) == h.key:
+		// An earlier attempt put the key and its answer was lost.
+		return a.granted(holder.CreateRevision, holder, h), final
+	}
+	if a.req.Wait {
+		a.clean = false // enqueued
+	}
+	// Unless a waiter keeps it, revoking the lease at the end also takes
+	// the key that a waiting request enqueued out of the queue.
+	if holder != nil {
+		if why := foreign(holder); why != "" {
+			return result{err: foreignError(holder, why)}, final
 		}
-		quick = false
-		actx, cancel := context.WithTimeout(ctx, per)
-		if cur == nil {
-			if p, ok := b.takeSpare(need); ok {
-				cur, confirmed, clean = &p, false, true
-			} else {
-				sent := time.Now()
-				lr, err := b.cli.Grant(actx, need)
-				if err != nil {
-					lastErr = err
-					if retryable(ctx, actx, err) {
-						cancel()
-						continue
-					}
-					cancel()
-					return dlock.Grant{}, nil, wrap(ctx, "granting a lease", err)
-				}
-				cur, confirmed, clean = &spareLease{id: lr.ID, ttl: lr.TTL, alive: sent}, true, true
+		if decode(holder).Owner == a.req.Owner {
+			g, err := a.b.reenter(a.ctx, a.req, holder, a.need)
+			if errors.Is(err, errHolderChanged) && n < 10 {
+				a.lastErr = err
+				return result{}, retry
 			}
+			return result{g: g, err: err}, final
 		}
-		h := &handle{name: req.Name, key: b.keyFor(req.Name, cur.id), own: cur.id, need: need, ttl: cur.ttl, lease: cur.id, alive: cur.alive}
-		put := clientv3.OpPut(h.key, val, clientv3.WithLease(cur.id), clientv3.WithPrevKV())
-		els := []clientv3.Op{clientv3.OpGet(lp, first...)}
-		if req.Wait {
-			els = append(els, clientv3.OpGet(lp, last...), put)
+	}
+	if !a.req.Wait {
+		return result{err: heldError(holder)}, final
+	}
+	w := &waiter{b: a.b, req: a.req, need: a.need, h: h, ttl: a.cur.ttl, lastKA: a.cur.alive}
+	w.rev = tr.Header.Revision
+	if pr := tr.Responses[2].GetResponsePut(); pr != nil && pr.PrevKv != nil {
+		w.rev = pr.PrevKv.CreateRevision // put by an earlier attempt
+	}
+	if pred := firstKV(tr, 1); pred != nil && pred.CreateRevision < w.rev {
+		w.pred, w.predRev, w.seen = string(pred.Key), pred.CreateRevision, tr.Header.Revision
+	}
+	a.keep = true
+	return result{w: w, err: heldError(holder)}, final
+}
+
+// granted is the answer when the key h is the lowest, with token its
+// create revision: a grant, unless it came so late that the Client's lease
+// would be mostly spent.
+func (a *acquisition) granted(token int64, holder *mvccpb.KeyValue, h *handle) result {
+	a.clean = false
+	if elapsed := time.Since(a.start); late(elapsed, a.req.TTL) {
+		if !a.req.Wait {
+			return result{err: errkind.Errorf(dlock.ErrBackendUnavailable,
+				"etcd: the grant came %v after the request, more than half the TTL of %v; given back", elapsed.Round(time.Millisecond), a.req.TTL)}
 		}
-		var kac chan keepAliveResult
-		if !confirmed {
-			kac = b.keepAliveAsync(actx, cur.id)
-		}
-		tr, err := b.cli.Txn(actx).If(empty).Then(put).Else(els...).Commit()
-		if kac != nil {
-			ka := <-kac
-			switch {
-			case ka.err == nil && ka.ttl > 0:
-				confirmed = true
-				cur.alive = ka.sent
-				h.alive = ka.sent
-			case ka.err == nil:
-				// The spare lease expired, with any key put on it.
-				cur, quick = nil, true
-				cancel()
-				continue
-			default:
-				if err == nil {
-					clean = false
-					err = ka.err
-				}
-			}
-		}
-		if err != nil {
-			lastErr = err
-			switch {
-			case leaseNotFound(err):
-				cur, quick = nil, true // expired, and took any key with it
-				cancel()
-				continue
-			case retryable(ctx, actx, err):
-				clean = false
-				cancel()
-				continue
-			}
-			clean = false
-			cancel()
-			return dlock.Grant{}, nil, wrap(ctx, "acquiring", err)
-		}
-		cancel()
-		holder := firstKV(tr, 0)
-		token := tr.Header.Revision
-		if !tr.Succeeded && holder != nil && string(holder.Key) == h.key {
-			// An earlier attempt put the key and its answer was lost.
-			token = holder.CreateRevision
-		} else if !tr.Succeeded {
-			if req.Wait {
-				clean = false // enqueued
-			}
-			if holder != nil {
-				if why := foreign(holder); why != "" {
-					// keep stays false: revoking the unused lease takes
-					// the key a waiting request enqueued.
-					return dlock.Grant{}, nil, foreignError(holder, why)
-				}
-			}
-			if holder != nil && decode(holder).Owner == req.Owner {
-				g, err := b.reenter(ctx, req, holder, need)
-				if errors.Is(err, errHolderChanged) && attempt < 10 {
-					lastErr = err
-					continue
-				}
-				// keep stays false: revoking the unused lease also takes the
-				// key that a waiting request enqueued out of the queue.
-				return g, nil, err
-			}
-			if !req.Wait {
-				return dlock.Grant{}, nil, heldError(holder)
-			}
-			w := &waiter{b: b, req: req, need: need, h: h, ttl: cur.ttl, lastKA: cur.alive}
-			w.rev = tr.Header.Revision
-			if pr := tr.Responses[2].GetResponsePut(); pr != nil && pr.PrevKv != nil {
-				w.rev = pr.PrevKv.CreateRevision // put by an earlier attempt
-			}
-			if pred := firstKV(tr, 1); pred != nil && pred.CreateRevision < w.rev {
-				w.pred, w.predRev, w.seen = string(pred.Key), pred.CreateRevision, tr.Header.Revision
-			}
-			keep = true
-			return dlock.Grant{}, w, heldError(holder)
-		}
-		// Granted.
-		clean = false
-		if elapsed := time.Since(start); late(elapsed, req.TTL) {
-			if !req.Wait {
-				return dlock.Grant{}, nil, &kindError{kind: dlock.ErrBackendUnavailable,
-					msg: fmt.Sprintf("etcd: the grant came %v after the request, more than half the TTL of %v; given back", elapsed.Round(time.Millisecond), req.TTL)}
-			}
-			// The key is the lowest and stays queued; the waiter confirms
-			// the grant with a fresh attempt, which the Client times anew.
-			keep = true
-			w := &waiter{b: b, req: req, need: need, h: h, ttl: cur.ttl, rev: token, lastKA: cur.alive}
-			return dlock.Grant{}, w, &kindError{kind: dlock.ErrNotAcquired,
-				msg: fmt.Sprintf("etcd: the grant came %v after the request; confirming it", elapsed.Round(time.Millisecond))}
-		}
-		keep = true
-		count := 1
-		if holder != nil && string(holder.Key) == h.key {
-			count = max(decode(holder).Holds, 1)
-		}
-		return dlock.Grant{Token: uint64(token), Count: count, Handle: h}, nil, nil
+		// The key is the lowest and stays queued; the waiter confirms
+		// the grant with a fresh attempt, which the Client times anew.
+		a.keep = true
+		w := &waiter{b: a.b, req: a.req, need: a.need, h: h, ttl: a.cur.ttl, rev: token, lastKA: a.cur.alive}
+		return result{w: w, err: errkind.Errorf(dlock.ErrNotAcquired,
+			"etcd: the grant came %v after the request; confirming it", elapsed.Round(time.Millisecond))}
+	}
+	a.keep = true
+	count := 1
+	if holder != nil && string(holder.Key) == h.key {
+		count = max(decode(holder).Holds, 1)
+	}
+	return result{g: dlock.Grant{Token: uint64(token), Count: count, Handle: h}}
+}
+
+// settle keeps, spares or revokes the lease once the acquisition has its
+// answer.
+func (a *acquisition) settle() {
+	switch {
+	case a.cur == nil || a.keep:
+	case a.clean && a.confirmed:
+		a.b.putSpare(a.need, *a.cur)
+	default:
+		// Deletes the key too, if an attempt whose answer was lost put it.
+		a.b.revokeLater(a.cur.id)
 	}
 }
 
@@ -291,198 +347,4 @@ func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.Key
 		return dlock.Grant{}, r.err
 	}
 	return dlock.Grant{Token: uint64(kv.CreateRevision), Count: v.Holds + 1, Handle: h}, nil
-}
-
-// waiter is an enqueued acquisition: its key is in the lock's queue, and it
-// keeps its own lease alive while it waits.
-type waiter struct {
-	b    *Backend
-	req  dlock.Request
-	need int64
-	h    *handle
-	rev  int64 // the key's create revision
-	ttl  int64 // the TTL etcd granted the lease, seconds
-
-	pred    string    // the predecessor's key; "" to look again at once
-	predRev int64     // its create revision
-	seen    int64     // a revision at which pred existed
-	retry   int       // attempts in a row that failed on etcd
-	lastKA  time.Time // send time of the last successful keep-alive
-}
-
-// Wait returns when the predecessor's key is deleted (or the watch ends
-// for another reason), keeping the waiter's lease alive meanwhile.
-//
-// The watch starts at the current revision rather than at the revision at
-// which the predecessor was seen: etcd serves a watch that starts in the
-// past from a loop that catches up every 100ms, which would add up to
-// 100ms to a hand-off. What the watch cannot see — a deletion between the
-// two revisions — a read of the predecessor after the watch is in place
-// does.
-func (w *waiter) Wait(ctx context.Context) error {
-	if w.retry > 0 {
-		return sleepCtx(ctx, backoff(w.retry))
-	}
-	if w.pred == "" {
-		return ctx.Err()
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := w.b.cli.Watch(wctx, w.pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case resp, ok := <-wch:
-		if !ok || !resp.Created || resp.Canceled || resp.Err() != nil {
-			return ctx.Err() // look again
-		}
-		if resp.Header.Revision > w.seen {
-			gctx, gcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
-			g, err := w.b.cli.Get(gctx, w.pred)
-			gcancel()
-			if err != nil || len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.predRev {
-				return ctx.Err() // gone, or look again
-			}
-		}
-	}
-	every := max(time.Duration(w.ttl)*time.Second/3, 100*time.Millisecond)
-	for {
-		t := time.NewTimer(time.Until(w.lastKA.Add(every)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case resp, ok := <-wch:
-			t.Stop()
-			if !ok || resp.Canceled || resp.Err() != nil {
-				return ctx.Err() // look again
-			}
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return nil
-				}
-			}
-		case <-t.C:
-			sent := time.Now()
-			kctx, kcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
-			ttls, err := w.b.keepAlive(kctx, []clientv3.LeaseID{w.h.leaseID()})
-			kcancel()
-			switch {
-			case err == nil && ttls[w.h.leaseID()] <= 0:
-				return nil // Acquire says what happened
-			case err == nil:
-				w.lastKA = sent
-				w.h.kept(w.h.leaseID(), sent)
-			case ctx.Err() != nil:
-				return ctx.Err()
-			default:
-				w.lastKA = time.Now().Add(-every + time.Second/4) // try again soon
-			}
-		}
-	}
-}
-
-// Acquire checks, in one transaction, that the waiter's key still exists
-// with its create revision and whether an older key is left, while a
-// keep-alive of its lease, sent after the attempt began, confirms that etcd
-// keeps the key for a full TTL from now.
-func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
-	b, h := w.b, w.h
-	lp := b.lockPrefix(w.req.Name)
-	sent := time.Now()
-	lease := h.leaseID()
-	actx, cancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
-	defer cancel()
-	kac := b.keepAliveAsync(actx, lease)
-	mine := clientv3.Compare(clientv3.CreateRevision(h.key), "=", w.rev)
-	tr, err := b.cli.Txn(actx).If(mine).
-		Then(clientv3.OpGet(h.key),
-			clientv3.OpGet(lp, clientv3.WithFirstCreate()...),
-			clientv3.OpGet(lp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1))...)).
-		Commit()
-	ka := <-kac
-	if err != nil {
-		return dlock.Grant{}, w.failed(ctx, actx, "checking the queue", err)
-	}
-	if !tr.Succeeded {
-		return dlock.Grant{}, w.gone(lease)
-	}
-	own, holder, pred := firstKV(tr, 0), firstKV(tr, 1), firstKV(tr, 2)
-	sameLease := clientv3.LeaseID(own.Lease) == lease
-	if sameLease && ka.err == nil && ka.ttl <= 0 {
-		return dlock.Grant{}, w.gone(lease)
-	}
-	if ka.err == nil && ka.ttl > 0 {
-		w.lastKA = ka.sent
-		h.kept(lease, ka.sent)
-	}
-	if pred != nil {
-		if holder != nil {
-			if why := foreign(holder); why != "" {
-				return dlock.Grant{}, foreignError(holder, why) // the Client cancels the waiter
-			}
-		}
-		w.pred, w.predRev, w.seen, w.retry = string(pred.Key), pred.CreateRevision, tr.Header.Revision, 0
-		return dlock.Grant{}, heldError(holder)
-	}
-	// The key is the lowest: the lock is ours once etcd keeps it a full TTL.
-	if !sameLease {
-		// A reentrant hold of the same owner, granted in the moment between
-		// the key becoming the lowest and this check, moved it to a longer
-		// lease.
-		r := &renewal{h: h, owner: w.req.Owner, token: w.rev, need: w.need}
-		b.renewAll(actx, []*renewal{r})
-		if r.err != nil {
-			if errors.Is(r.err, dlock.ErrLeaseLost) {
-				return dlock.Grant{}, w.gone(lease)
-			}
-			return dlock.Grant{}, w.failed(ctx, actx, "keeping the lease alive", r.err)
-		}
-	} else if ka.err != nil {
-		return dlock.Grant{}, w.failed(ctx, actx, "keeping the lease alive", ka.err)
-	}
-	if elapsed := time.Since(sent); late(elapsed, w.req.TTL) {
-		// Still the lowest key: the next attempt, timed anew, grants it.
-		return dlock.Grant{}, w.again("confirming the grant", fmt.Errorf("answered %v after the request, more than half the TTL", elapsed.Round(time.Millisecond)))
-	}
-	return dlock.Grant{Token: uint64(w.rev), Count: max(decode(own).Holds, 1), Handle: h}, nil
-}
-
-// failed turns an etcd error of an attempt into the waiter's answer: an
-// error matching dlock.ErrNotAcquired if etcd could not answer for now, so
-// that the Client waits (a moment) and tries again; the error otherwise.
-func (w *waiter) failed(ctx, actx context.Context, what string, err error) error {
-	if !retryable(ctx, actx, err) {
-		return wrap(ctx, what, err)
-	}
-	return w.again(what, err)
-}
-
-// again makes the next Wait return after a short pause, for another
-// attempt, and returns an error matching dlock.ErrNotAcquired so that the
-// Client makes it.
-func (w *waiter) again(what string, err error) error {
-	w.retry++
-	w.pred = ""
-	return &kindError{kind: dlock.ErrNotAcquired, msg: fmt.Sprintf("etcd: %s failed (will retry)", what), err: err}
-}
-
-// gone is the error of a waiter whose key was deleted while it waited.
-func (w *waiter) gone(lease clientv3.LeaseID) error {
-	return lostf("etcd: the waiting request's key %s is gone: its lease %x expired or was revoked while it waited "+
-		"(was the process paused or cut off from etcd for longer than the TTL of %ds?); the lock was NOT granted",
-		w.h.key, int64(lease), w.need)
-}
-
-// Cancel withdraws the waiter: it deletes its key (or, if a reentrant hold
-// of the same owner was added to it, takes one hold off) and revokes its
-// lease.
-func (w *waiter) Cancel(ctx context.Context) error {
-	lease := w.h.leaseID()
-	err := w.b.release(ctx, w.h, w.req.Owner, w.rev)
-	if errors.Is(err, dlock.ErrLeaseLost) {
-		w.b.revokeLater(lease)
-		return nil
-	}
-	return err
 }

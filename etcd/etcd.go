@@ -7,12 +7,15 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/errkind"
+	"github.com/dlock-dev/dlock/internal/urlq"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -22,82 +25,82 @@ import (
 // DefaultPrefix is the key prefix when none is given.
 const DefaultPrefix = "dlock"
 
-// DefaultDialTimeout bounds the connection set-up of [Open] and the "etcd"
-// URL scheme when the URL gives no connect_timeout (or dial-timeout, its
-// other name): [dlock.DefaultConnectTimeout].
+// DefaultDialTimeout bounds the connection set-up of [Open] when no
+// [ConnectTimeout] is given (nor connect_timeout or dial-timeout in the
+// URL): [dlock.DefaultConnectTimeout].
 const DefaultDialTimeout = dlock.DefaultConnectTimeout
 
 func init() {
 	dlock.Register("etcd", func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-		cfg, prefix, err := parseURL(u)
+		addr, opts, err := ParseURL(u)
 		if err != nil {
 			return nil, err
 		}
-		return Open(ctx, cfg, Prefix(prefix))
+		return Open(ctx, addr, opts...)
 	})
 }
 
-// parseURL turns an etcd:// URL into a client configuration and a prefix.
-func parseURL(u *url.URL) (clientv3.Config, string, error) {
-	var cfg clientv3.Config
-	bad := func(format string, args ...any) (clientv3.Config, string, error) {
-		return cfg, "", &kindError{kind: dlock.ErrInvalidOption, msg: fmt.Sprintf("etcd URL %q: "+format, append([]any{u.Redacted()}, args...)...)}
-	}
+// ParseURL returns the endpoints and options of an "etcd" URL:
+//
+//	etcd://[user:password@]host1:2379,host2:2379/prefix?connect_timeout=5s
+//
+// The hosts are the cluster's client endpoints (plain http), the path is
+// the [Prefix] ([DefaultPrefix] when empty), the user information gives
+// [Auth]. Query parameters: connect_timeout, or dial-timeout (etcdctl's
+// name), for [ConnectTimeout]. A repeated or unknown parameter or a bad
+// value is refused with [dlock.ErrInvalidOption].
+func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
+	q := urlq.Parse("etcd", u)
 	if u.Opaque != "" || u.Host == "" {
-		return bad("want etcd://host:port[,host:port...]/prefix")
+		return "", nil, q.Errorf("want etcd://host:port[,host:port...]/prefix")
 	}
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			return bad("empty endpoint")
-		}
-		cfg.Endpoints = append(cfg.Endpoints, "http://"+h)
+	if _, err := splitEndpoints(u.Host, false); err != nil {
+		return "", nil, q.Errorf("%v", err)
 	}
+	opts = append(opts, Prefix(u.Path))
 	if u.User != nil {
-		cfg.Username = u.User.Username()
-		cfg.Password, _ = u.User.Password()
+		pw, _ := u.User.Password()
+		opts = append(opts, Auth(u.User.Username(), pw))
 	}
-	cfg.DialTimeout = DefaultDialTimeout
-	q := u.Query()
-	if _, ok := q["dial-timeout"]; ok {
-		// etcdctl's name for the same setting.
-		if _, both := q[connect.Param]; both {
-			return bad("connect_timeout and dial-timeout are the same setting; give one")
-		}
-		q[connect.Param] = q["dial-timeout"]
-		delete(q, "dial-timeout")
+	ct, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout)
+	dt, dok := urlq.Parsed(q, "dial-timeout", connect.ParseTimeout) // etcdctl's name
+	if ok && dok {
+		return "", nil, q.Errorf("connect_timeout and dial-timeout are the same setting; give one")
 	}
-	d, err := connect.Take(q, DefaultDialTimeout)
-	if err != nil {
-		return bad("%v", err)
+	if dok {
+		ct, ok = dt, true
 	}
-	if d == 0 {
-		d = time.Duration(math.MaxInt64) // etcd takes 0 for its own default
+	if ok {
+		opts = append(opts, ConnectTimeout(ct))
 	}
-	cfg.DialTimeout = d
-	for k := range q {
-		return bad("unknown parameter %q (known: connect_timeout, dial-timeout)", k)
+	if _, err := q.Done(nil); err != nil {
+		return "", nil, err
 	}
-	prefix := strings.Trim(u.Path, "/")
-	if prefix == "" {
-		prefix = DefaultPrefix
+	if _, err := newConfig(opts); err != nil {
+		return "", nil, q.Errorf("%v", err)
 	}
-	return cfg, prefix, nil
+	return u.Host, opts, nil
 }
 
-// An Option configures a Backend.
-type Option func(*Backend)
-
-// Prefix sets the key prefix under which the backend keeps its locks
-// (default [DefaultPrefix]): the lock NAME lives under PREFIX/NAME/, with "%"
-// and "/" in NAME escaped as %25 and %2F. Backends that share a prefix see
-// the same locks. Leading and trailing slashes are dropped; an empty prefix
-// means the default.
-func Prefix(p string) Option {
-	return func(b *Backend) {
-		if p = strings.Trim(p, "/"); p != "" {
-			b.prefix = p
-		}
+// splitEndpoints splits a comma list of endpoints ("host:port", or a URL
+// such as "https://host:port") into etcd client endpoints.
+func splitEndpoints(addr string, tls bool) ([]string, error) {
+	scheme := "http://"
+	if tls {
+		scheme = "https://"
 	}
+	var eps []string
+	for _, h := range strings.Split(addr, ",") {
+		h = strings.TrimSpace(h)
+		switch {
+		case h == "":
+			return nil, fmt.Errorf("empty endpoint in %q", addr)
+		case !strings.Contains(h, "://"):
+			h = scheme + h
+		}
+		eps = append(eps, h)
+	}
+	return eps, nil
 }
 
 // Backend is a [dlock.Backend] on an etcd cluster. It is safe for concurrent
@@ -123,56 +126,83 @@ var (
 	_ dlock.Inspector    = (*Backend)(nil)
 )
 
-// New returns a backend that uses the etcd client cli. The backend does not
-// own cli: Close leaves it open.
-func New(cli *clientv3.Client, opts ...Option) *Backend {
+// New returns a backend that uses the etcd client cli, which the caller
+// owns: Close leaves it open. Of the options, only [Prefix] applies; the
+// others configure the client that [Open] makes, and New refuses them with
+// [dlock.ErrInvalidOption].
+func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
+	if cli == nil {
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "etcd: nil client")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.dialing) > 0 {
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "etcd: New takes a client the caller built; %s configure Open's client",
+			strings.Join(cfg.dialing, ", "))
+	}
+	return newBackend(cli, cfg), nil
+}
+
+func newBackend(cli *clientv3.Client, cfg config) *Backend {
 	b := &Backend{
 		cli:    cli,
-		prefix: DefaultPrefix,
+		prefix: cfg.prefix,
 		ka:     &keepAlives{leases: clientv3.RetryLeaseClient(cli)},
 		bgSem:  make(chan struct{}, 64),
-	}
-	for _, o := range opts {
-		o(b)
 	}
 	b.desc = "etcd " + strings.Join(trimScheme(cli.Endpoints()), ",") + "/" + b.prefix
 	return b
 }
 
-// Open connects to the cluster described by cfg, waits for an answer from
-// one of its members (for at most the dial timeout) and returns a backend
-// that owns the connection: Close closes it. Unless cfg says otherwise it
-// uses a silent logger, a dial timeout of [DefaultDialTimeout] (shortened
-// to ctx's deadline) and gRPC keep-alive pings every 10 s. ctx bounds the
-// connection set-up only. An unreachable cluster is an error matching
-// [dlock.ErrBackendUnavailable].
-func Open(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, error) {
-	if len(cfg.Endpoints) == 0 {
-		return nil, &kindError{kind: dlock.ErrInvalidOption, msg: "etcd: no endpoints"}
+// Open connects to the cluster at addr, a comma list of its client
+// endpoints ("host:port,host:port"; an endpoint may also be a URL such as
+// "https://host:port"), waits for an answer from one of its members and
+// returns a backend that owns the client: Close closes it. ctx and
+// [ConnectTimeout] bound the connection set-up only. The client logs
+// nothing unless [Logger] is given and pings the cluster every 10 s. An
+// unreachable cluster is an error matching [dlock.ErrBackendUnavailable]
+// that says why; bad options match [dlock.ErrInvalidOption].
+func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = DefaultDialTimeout
+	eps, err := splitEndpoints(addr, cfg.tls != nil)
+	if err != nil {
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "etcd: %v", err)
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < cfg.DialTimeout {
-		cfg.DialTimeout = max(time.Until(dl), time.Millisecond)
+	cc := clientv3.Config{
+		Endpoints:            eps,
+		Username:             cfg.username,
+		Password:             cfg.password,
+		TLS:                  cfg.tls,
+		Logger:               cfg.logger,
+		DialTimeout:          cfg.connectTimeout,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		DialOptions:          slices.Clip(cfg.dialOptions),
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+	if cc.Logger == nil {
+		cc.Logger = zap.NewNop()
 	}
-	if cfg.DialKeepAliveTime == 0 {
-		cfg.DialKeepAliveTime = 10 * time.Second
-		cfg.DialKeepAliveTimeout = 5 * time.Second
+	if cc.DialTimeout == 0 {
+		cc.DialTimeout = time.Duration(math.MaxInt64) // etcd takes 0 for its own default
 	}
-	addrs := strings.Join(trimScheme(cfg.Endpoints), ",")
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < cc.DialTimeout {
+		cc.DialTimeout = max(time.Until(dl), time.Millisecond)
+	}
 	probe := new(connect.Probe)
-	if tcpOnly(cfg.Endpoints) {
+	if tcpOnly(eps) {
 		dial := probe.Dial(nil)
-		cfg.DialOptions = append(cfg.DialOptions[:len(cfg.DialOptions):len(cfg.DialOptions)],
+		cc.DialOptions = append(cc.DialOptions,
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dial(ctx, "tcp", addr) }))
 	}
-	pctx, cancel := connect.Bound(ctx, cfg.DialTimeout)
+	addrs := strings.Join(trimScheme(eps), ",")
+	pctx, cancel := connect.Bound(ctx, cfg.connectTimeout)
 	defer cancel()
-	cli, err := clientv3.New(cfg)
+	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, etcdServer.Explain(pctx, addrs, probe, err)
 	}
@@ -185,7 +215,7 @@ func Open(ctx context.Context, cfg clientv3.Config, opts ...Option) (*Backend, e
 		return nil, err
 	}
 	probe.Done()
-	b := New(cli, opts...)
+	b := newBackend(cli, cfg)
 	b.own = true
 	return b, nil
 }
@@ -256,27 +286,8 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// kindError is an error of this package: it matches its dlock sentinel with
-// errors.Is and unwraps to its cause, but prints only the message and the
-// cause (the Client prints the sentinel).
-type kindError struct {
-	kind error
-	msg  string
-	err  error
-}
-
-func (e *kindError) Error() string {
-	if e.err == nil {
-		return e.msg
-	}
-	return e.msg + ": " + e.err.Error()
-}
-
-func (e *kindError) Is(target error) bool { return target == e.kind }
-func (e *kindError) Unwrap() error        { return e.err }
-
 func lostf(format string, args ...any) error {
-	return &kindError{kind: dlock.ErrLeaseLost, msg: fmt.Sprintf(format, args...)}
+	return errkind.Errorf(dlock.ErrLeaseLost, format, args...)
 }
 
 // wrap classifies err from an etcd call made for what: unreachable or
@@ -290,7 +301,7 @@ func wrap(ctx context.Context, what string, err error) error {
 		return fmt.Errorf("etcd: %s: %w", what, err)
 	}
 	if transient(err) {
-		return &kindError{kind: dlock.ErrBackendUnavailable, msg: "etcd: " + what, err: err}
+		return errkind.Errorf(dlock.ErrBackendUnavailable, "etcd: %s: %w", what, err)
 	}
 	return fmt.Errorf("etcd: %s: %w", what, err)
 }

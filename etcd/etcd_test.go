@@ -40,7 +40,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 // end of the test unless the caller closes it first.
 func open(t testing.TB, endpoints []string, prefix string) *etcd.Backend {
 	t.Helper()
-	b, err := etcd.Open(ctxT(t, 10*time.Second), clientv3.Config{Endpoints: endpoints}, etcd.Prefix(prefix))
+	b, err := etcd.Open(ctxT(t, 10*time.Second), strings.Join(endpoints, ","), etcd.Prefix(prefix))
 	if err != nil {
 		t.Fatalf("etcd.Open: %v", err)
 	}

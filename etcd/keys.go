@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/dur"
+	"github.com/dlock-dev/dlock/internal/errkind"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -126,8 +127,7 @@ func foreign(kv *mvccpb.KeyValue) string {
 // foreignError is the error of an acquisition whose queue is headed by kv,
 // a key that dlock did not write.
 func foreignError(kv *mvccpb.KeyValue, why string) error {
-	return &kindError{kind: dlock.ErrForeignData,
-		msg: fmt.Sprintf("etcd: key %q holds data that dlock did not write: %s; nothing was changed", kv.Key, why)}
+	return errkind.Errorf(dlock.ErrForeignData, "etcd: key %q holds data that dlock did not write: %s; nothing was changed", kv.Key, why)
 }
 
 func decode(kv *mvccpb.KeyValue) value {

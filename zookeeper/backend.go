@@ -13,16 +13,17 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/errkind"
 	"github.com/go-zookeeper/zk"
 )
 
 func init() {
 	open := func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-		servers, opts, err := ParseURL(u)
+		addr, opts, err := ParseURL(u)
 		if err != nil {
 			return nil, err
 		}
-		return Connect(ctx, servers, opts...)
+		return Open(ctx, addr, opts...)
 	}
 	dlock.Register("zk", open)
 	dlock.Register("zookeeper", open)
@@ -30,7 +31,7 @@ func init() {
 
 // Backend is a dlock.Backend on a ZooKeeper ensemble. It is safe for
 // concurrent use. Its locks live in one ZooKeeper session: the session of
-// the connection made by Connect, or of the connection given to New.
+// the connection made by Open, or of the connection given to New.
 type Backend struct {
 	conn   *zk.Conn
 	events <-chan zk.Event // the own connection's event channel; nil with New
@@ -81,22 +82,21 @@ func newBackend(cfg config, desc string) *Backend {
 	return b
 }
 
-// Connect connects to the ZooKeeper servers ("host:port"), waits until a
-// session is established, ctx is done or the [ConnectTimeout] has passed
-// (then the error matches [dlock.ErrBackendUnavailable] and says why),
-// and returns a Backend that owns
-// the connection: Close closes the session, which deletes every node the
-// backend still had.
-func Connect(ctx context.Context, servers []string, opts ...Option) (*Backend, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
-	if err := cfg.check(); err != nil {
+// Open connects to the ZooKeeper servers at addr, a comma list of
+// "host:port" (a host without a port gets 2181), waits until a session is
+// established, ctx is done or the [ConnectTimeout] has passed (then the
+// error matches [dlock.ErrBackendUnavailable] and says why), and returns a
+// Backend that owns the connection: Close closes the session, which
+// deletes every node the backend still had. Bad options match
+// [dlock.ErrInvalidOption].
+func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
-	if len(servers) == 0 {
-		return nil, fmt.Errorf("%w: zookeeper: no servers", dlock.ErrInvalidOption)
+	servers, err := splitServers(addr)
+	if err != nil {
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "zookeeper: %v", err)
 	}
 	b := newBackend(cfg, "zookeeper "+strings.Join(servers, ",")+cfg.root)
 	b.wire = &wire{base: time.Now(), session: b.onSession}
@@ -106,7 +106,7 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Backend, e
 		zk.WithLogger(zkLogger{cfg.logger}),
 		zk.WithLogInfo(false))
 	if err != nil {
-		return nil, fmt.Errorf("%w: zookeeper: %v", dlock.ErrInvalidOption, err)
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "zookeeper: %v", err)
 	}
 	b.conn, b.events = conn, events
 	octx, cancel := connect.Bound(ctx, cfg.connectTimeout)
@@ -140,19 +140,16 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Backend, e
 //
 // go-zookeeper shows neither the session timeout the servers granted nor
 // the connection's pings, so a Backend made by New knows less than one made
-// by Connect: give the granted timeout with [SessionTimeout]; the backend
+// by Open: give the granted timeout with [SessionTimeout]; the backend
 // watches the connection's state by polling it (every 50 ms), and its
 // session clock starts at its own last answered request instead of the
-// last ping. Prefer Connect.
+// last ping. Prefer Open.
 func New(conn *zk.Conn, opts ...Option) (*Backend, error) {
 	if conn == nil {
-		return nil, fmt.Errorf("%w: zookeeper: nil connection", dlock.ErrInvalidOption)
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "zookeeper: nil connection")
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
-	if err := cfg.check(); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
 	b := newBackend(cfg, "zookeeper "+conn.Server()+cfg.root)
@@ -185,7 +182,7 @@ func (b *Backend) MaxTTL() time.Duration { return min(b.SessionTimeout(), dlock.
 
 var _ dlock.TTLLimiter = (*Backend)(nil)
 
-// Close stops the backend's goroutines and, for a backend made by Connect,
+// Close stops the backend's goroutines and, for a backend made by Open,
 // closes the session: ZooKeeper then deletes at once every node the
 // backend still had. It waits for requests in flight to end.
 //
@@ -232,7 +229,7 @@ func (b *Backend) closeConn() {
 	}
 }
 
-// Stats are counts of the traffic of a Backend made by Connect, for
+// Stats are counts of the traffic of a Backend made by Open, for
 // benchmarks and tests.
 type Stats struct {
 	// Requests counts the requests sent, by operation ("create",
@@ -274,7 +271,7 @@ func (b *Backend) Stats() Stats {
 	return s
 }
 
-// zkServer names ZooKeeper in the errors of Connect.
+// zkServer names ZooKeeper in the errors of Open.
 var zkServer = connect.Server{Backend: "zookeeper", Kind: "ZooKeeper"}
 
 // zkLogger sends go-zookeeper's log lines to slog at debug level.

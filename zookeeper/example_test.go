@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/zookeeper"
+	"github.com/go-zookeeper/zk"
 )
 
 // Open a Client by URL: the servers of the ensemble, the root of the locks,
@@ -30,11 +31,11 @@ func Example() {
 	_ = lease.Token()
 }
 
-// Build the backend in code, with Curator's "SUSPENDED is lost" policy.
-func ExampleConnect() {
+// Open the backend in code, with Curator's "SUSPENDED is lost" policy.
+func ExampleOpen() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := zookeeper.Connect(ctx, []string{"127.0.0.1:2181"},
+	b, err := zookeeper.Open(ctx, "zk1:2181,zk2:2181,zk3:2181",
 		zookeeper.Root("/locks"),
 		zookeeper.SessionTimeout(10*time.Second),
 		zookeeper.Loss(zookeeper.LossOnDisconnect))
@@ -42,6 +43,30 @@ func ExampleConnect() {
 		log.Fatal(err)
 	}
 	c, err := dlock.New(b, dlock.TTL(b.SessionTimeout()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+}
+
+// Use a connection the application already has (here with digest
+// authentication); closing the Client leaves it open. Give the session
+// timeout the servers granted: the backend cannot see it.
+func ExampleNew() {
+	conn, _, err := zk.Connect([]string{"zk1:2181", "zk2:2181"}, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.AddAuth("digest", []byte("myapp:secret")); err != nil {
+		log.Fatal(err)
+	}
+	b, err := zookeeper.New(conn, zookeeper.Root("/locks"), zookeeper.SessionTimeout(10*time.Second),
+		zookeeper.ACL(zk.DigestACL(zk.PermAll, "myapp", "secret")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := dlock.New(b, dlock.TTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // content is not dlock's. ZooKeeper assigns tokens (czxid), so there is no
 // token to plant at the top of the range.
 func foreignHook(b *zookeeper.Backend) dlocktest.Option {
-	conn := zookeeper.Conn(b)
+	conn := b.Conn()
 	acl := zk.WorldACL(zk.PermAll)
 	plant := func(ctx context.Context, name string, kind dlocktest.ForeignKind) error {
 		var data []byte

@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/errkind"
+	"github.com/dlock-dev/dlock/internal/urlq"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -74,21 +75,23 @@ type config struct {
 	errs           []string
 }
 
-func defaultConfig() config {
-	return config{
+// newConfig returns the configuration opts make, or an error matching
+// [dlock.ErrInvalidOption] that names every bad option.
+func newConfig(opts []Option) (config, error) {
+	c := config{
 		root:           DefaultRoot,
 		sessionTimeout: DefaultSessionTimeout,
 		acl:            zk.WorldACL(zk.PermAll),
 		logger:         slog.Default(),
 		connectTimeout: dlock.DefaultConnectTimeout,
 	}
-}
-
-func (c *config) check() error {
-	if len(c.errs) == 0 {
-		return nil
+	for _, o := range opts {
+		o.apply(&c)
 	}
-	return fmt.Errorf("%w: %s", dlock.ErrInvalidOption, strings.Join(c.errs, "; "))
+	if len(c.errs) > 0 {
+		return c, errkind.Errorf(dlock.ErrInvalidOption, "zookeeper: %s", strings.Join(c.errs, "; "))
+	}
+	return c, nil
 }
 
 // Root sets the node under which the backend keeps its locks (default
@@ -116,7 +119,7 @@ func Root(path string) Option {
 	})
 }
 
-// SessionTimeout sets the session timeout that Connect asks the servers for
+// SessionTimeout sets the session timeout that Open asks the servers for
 // (default [DefaultSessionTimeout]). The servers clamp it to their
 // [minSessionTimeout, maxSessionTimeout] (by default 2 and 20 tickTimes);
 // the backend uses the value they grant.
@@ -141,7 +144,7 @@ func SessionTimeout(d time.Duration) Option {
 	})
 }
 
-// ConnectTimeout bounds how long Connect waits for a session (default
+// ConnectTimeout bounds how long Open waits for a session (default
 // [dlock.DefaultConnectTimeout]; 0: only ctx bounds it).
 func ConnectTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
@@ -189,34 +192,56 @@ func Logger(l *slog.Logger) Option {
 	})
 }
 
-// ParseURL returns the servers and options of a "zk" URL:
+// ParseURL returns the servers and options of a "zk" (or "zookeeper") URL:
 //
 //	zk://host1:2181,host2:2181,host3:2181/chroot?session_timeout=10s&loss=disconnect
 //
-// Hosts without a port get 2181. The path is the Root (default
+// Hosts without a port get 2181. The path is the [Root] (default
 // [DefaultRoot]). Query parameters: session_timeout (a Go duration, see
 // [SessionTimeout]), loss ("session", the default, or "disconnect"; see
-// [LossPolicy]) and connect_timeout (see [dlock.DefaultConnectTimeout] and
-// [ConnectTimeout]). User information and unknown parameters are refused with
-// [dlock.ErrInvalidOption].
-func ParseURL(u *url.URL) ([]string, []Option, error) {
-	bad := func(format string, args ...any) ([]string, []Option, error) {
-		return nil, nil, fmt.Errorf("%w: zookeeper URL %q: %s", dlock.ErrInvalidOption, u.Redacted(), fmt.Sprintf(format, args...))
+// [LossPolicy]) and connect_timeout (see [ConnectTimeout]). User
+// information, a repeated or unknown parameter and a bad value are refused
+// with [dlock.ErrInvalidOption].
+func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
+	q := urlq.Parse("zookeeper", u)
+	switch {
+	case u.Scheme != "zk" && u.Scheme != "zookeeper":
+		return "", nil, q.Errorf("scheme must be zk")
+	case u.Opaque != "":
+		return "", nil, q.Errorf("want zk://host:port[,host:port...]/root")
+	case u.User != nil:
+		return "", nil, q.Errorf("user information is not supported (use New with a connection that has AddAuth)")
+	case u.Fragment != "":
+		return "", nil, q.Errorf("fragments are not supported")
 	}
-	if u.Scheme != "zk" && u.Scheme != "zookeeper" {
-		return bad("scheme must be zk")
+	servers, err := splitServers(u.Host)
+	if err != nil {
+		return "", nil, q.Errorf("%v", err)
 	}
-	if u.Opaque != "" {
-		return bad("want zk://host:port[,host:port...]/root")
+	opts = []Option{Root(u.Path)}
+	if d, ok := q.Duration("session_timeout"); ok {
+		opts = append(opts, SessionTimeout(d))
 	}
-	if u.User != nil {
-		return bad("user information is not supported (use New with a connection that has AddAuth)")
+	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
+		opts = append(opts, ConnectTimeout(d))
 	}
-	if u.Fragment != "" {
-		return bad("fragments are not supported")
+	if v, ok := q.Enum("loss", "session", "disconnect"); ok {
+		opts = append(opts, Loss(map[string]LossPolicy{"session": LossOnSessionEnd, "disconnect": LossOnDisconnect}[v]))
 	}
+	if _, err := q.Done(nil); err != nil {
+		return "", nil, err
+	}
+	if _, err := newConfig(opts); err != nil {
+		return "", nil, q.Errorf("%v", err)
+	}
+	return strings.Join(servers, ","), opts, nil
+}
+
+// splitServers splits a comma list of servers; a server without a port
+// gets 2181.
+func splitServers(addr string) ([]string, error) {
 	var servers []string
-	for _, h := range strings.Split(u.Host, ",") {
+	for _, h := range strings.Split(addr, ",") {
 		h = strings.TrimSpace(h)
 		if h == "" {
 			continue
@@ -227,51 +252,7 @@ func ParseURL(u *url.URL) ([]string, []Option, error) {
 		servers = append(servers, h)
 	}
 	if len(servers) == 0 {
-		return bad("no servers")
+		return nil, fmt.Errorf("no servers")
 	}
-	opts := []Option{Root(u.Path)}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return bad("query: %v", err)
-	}
-	var errs []error
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "session_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("session_timeout: %v", err))
-				continue
-			}
-			opts = append(opts, SessionTimeout(d))
-		case connect.Param:
-			d, err := connect.ParseTimeout(v)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			opts = append(opts, ConnectTimeout(d))
-		case "loss":
-			switch v {
-			case "session":
-				opts = append(opts, Loss(LossOnSessionEnd))
-			case "disconnect":
-				opts = append(opts, Loss(LossOnDisconnect))
-			default:
-				errs = append(errs, fmt.Errorf("loss=%q: want session or disconnect", v))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("unknown parameter %q (known: session_timeout, loss, connect_timeout)", k))
-		}
-	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
-	errs = append(errs, cfg.check())
-	if err := errors.Join(errs...); err != nil {
-		return bad("%v", err)
-	}
-	return servers, opts, nil
+	return servers, nil
 }

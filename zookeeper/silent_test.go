@@ -20,7 +20,7 @@ func TestSilentLink(t *testing.T) {
 		Open: func(t *testing.T, addr string) dlock.Backend {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			b, err := zookeeper.Connect(ctx, []string{addr}, zookeeper.Root("/silent"))
+			b, err := zookeeper.Open(ctx, addr, zookeeper.Root("/silent"))
 			if err != nil {
 				t.Fatal(err)
 			}

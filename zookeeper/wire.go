@@ -11,7 +11,7 @@ import (
 )
 
 // wire watches the bytes of the connections that a Backend made with
-// Connect. ZooKeeper answers every request of a session (pings included) in
+// Open. ZooKeeper answers every request of a session (pings included) in
 // order and go-zookeeper shows neither the session timeout the server
 // granted nor its pings, so the wire is where the backend learns:
 //
@@ -37,7 +37,7 @@ type wire struct {
 	notify atomic.Int64
 
 	// probe watches the connections until the first session, so that a
-	// failed Connect can say why and close what go-zookeeper still
+	// failed Open can say why and close what go-zookeeper still
 	// waits on.
 	probe connect.Probe
 }

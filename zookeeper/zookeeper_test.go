@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,9 +20,9 @@ func connect(t testing.TB, servers []string, opts ...zookeeper.Option) *zookeepe
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := zookeeper.Connect(ctx, servers, opts...)
+	b, err := zookeeper.Open(ctx, strings.Join(servers, ","), opts...)
 	if err != nil {
-		t.Fatalf("Connect(%v): %v", servers, err)
+		t.Fatalf("Open(%v): %v", servers, err)
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
@@ -48,7 +49,7 @@ func TestConformance(t *testing.T) {
 	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		b, err := zookeeper.Connect(ctx, []string{srv.Addr()}, zookeeper.Root("/conformance"), zookeeper.SessionTimeout(time.Minute))
+		b, err := zookeeper.Open(ctx, srv.Addr(), zookeeper.Root("/conformance"), zookeeper.SessionTimeout(time.Minute))
 		if err != nil {
 			t.Fatalf("Connect: %v", err)
 		}

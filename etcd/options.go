@@ -1,0 +1,122 @@
+package etcd
+
+import (
+	"crypto/tls"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/errkind"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// An Option configures a Backend.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	prefix         string
+	connectTimeout time.Duration
+	username       string
+	password       string
+	tls            *tls.Config
+	logger         *zap.Logger
+	dialOptions    []grpc.DialOption
+	dialing        []string // the options given that only Open can use
+	errs           []string
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{prefix: DefaultPrefix, connectTimeout: DefaultDialTimeout}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if len(c.errs) > 0 {
+		return c, errkind.Errorf(dlock.ErrInvalidOption, "etcd: %s", strings.Join(c.errs, "; "))
+	}
+	return c, nil
+}
+
+// dial returns an option that only Open can use, named name.
+func dial(name string, f func(*config)) Option {
+	return optionFunc(func(c *config) {
+		c.dialing = append(c.dialing, name)
+		f(c)
+	})
+}
+
+// Prefix sets the key prefix under which the backend keeps its locks
+// (default [DefaultPrefix]): the lock NAME lives under PREFIX/NAME/, with "%"
+// and "/" in NAME escaped as %25 and %2F. Backends that share a prefix see
+// the same locks. Leading and trailing slashes are dropped; an empty prefix
+// means the default.
+func Prefix(p string) Option {
+	return optionFunc(func(c *config) {
+		if p = strings.Trim(p, "/"); p != "" {
+			c.prefix = p
+		}
+	})
+}
+
+// ConnectTimeout bounds how long Open waits for the cluster's first answer
+// and each dial of the client (default [DefaultDialTimeout]; 0: only ctx
+// bounds it). Open only.
+func ConnectTimeout(d time.Duration) Option {
+	return dial("ConnectTimeout", func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
+			return
+		}
+		c.connectTimeout = d
+	})
+}
+
+// Auth makes Open's client authenticate as user with password (etcd's
+// role-based access control). Open only.
+func Auth(user, password string) Option {
+	return dial("Auth", func(c *config) {
+		if user == "" {
+			c.errs = append(c.errs, "Auth with an empty user name")
+			return
+		}
+		c.username, c.password = user, password
+	})
+}
+
+// TLS makes Open's client talk to the endpoints over TLS with cfg (the
+// endpoints are then https). Open only.
+func TLS(cfg *tls.Config) Option {
+	return dial("TLS", func(c *config) {
+		if cfg == nil {
+			c.errs = append(c.errs, "nil TLS config")
+			return
+		}
+		c.tls = cfg
+	})
+}
+
+// Logger sets the logger of Open's client (default: none). Open only.
+func Logger(l *zap.Logger) Option {
+	return dial("Logger", func(c *config) {
+		if l == nil {
+			c.errs = append(c.errs, "nil logger")
+			return
+		}
+		c.logger = l
+	})
+}
+
+// DialOptions adds gRPC dial options to Open's client, for example
+// interceptors. Open only.
+func DialOptions(opts ...grpc.DialOption) Option {
+	return dial("DialOptions", func(c *config) {
+		c.dialOptions = append(c.dialOptions, opts...)
+	})
+}

@@ -1,0 +1,206 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/errkind"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// waiter is an enqueued acquisition: its key is in the lock's queue, and it
+// keeps its own lease alive while it waits.
+type waiter struct {
+	b    *Backend
+	req  dlock.Request
+	need int64
+	h    *handle
+	rev  int64 // the key's create revision
+	ttl  int64 // the TTL etcd granted the lease, seconds
+
+	pred    string    // the predecessor's key; "" to look again at once
+	predRev int64     // its create revision
+	seen    int64     // a revision at which pred existed
+	retry   int       // attempts in a row that failed on etcd
+	lastKA  time.Time // send time of the last successful keep-alive
+}
+
+// Wait returns when the predecessor's key is deleted (or the watch ends
+// for another reason), keeping the waiter's lease alive meanwhile.
+//
+// The watch starts at the current revision rather than at the revision at
+// which the predecessor was seen: etcd serves a watch that starts in the
+// past from a loop that catches up every 100ms, which would add up to
+// 100ms to a hand-off. What the watch cannot see — a deletion between the
+// two revisions — a read of the predecessor after the watch is in place
+// does.
+func (w *waiter) Wait(ctx context.Context) error {
+	if w.retry > 0 {
+		return sleepCtx(ctx, backoff(w.retry))
+	}
+	if w.pred == "" {
+		return ctx.Err()
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := w.b.cli.Watch(wctx, w.pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case resp, ok := <-wch:
+		if !ok || !resp.Created || resp.Canceled || resp.Err() != nil {
+			return ctx.Err() // look again
+		}
+		if resp.Header.Revision > w.seen {
+			gctx, gcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
+			g, err := w.b.cli.Get(gctx, w.pred)
+			gcancel()
+			if err != nil || len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.predRev {
+				return ctx.Err() // gone, or look again
+			}
+		}
+	}
+	every := max(time.Duration(w.ttl)*time.Second/3, 100*time.Millisecond)
+	for {
+		t := time.NewTimer(time.Until(w.lastKA.Add(every)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case resp, ok := <-wch:
+			t.Stop()
+			if !ok || resp.Canceled || resp.Err() != nil {
+				return ctx.Err() // look again
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return nil
+				}
+			}
+		case <-t.C:
+			sent := time.Now()
+			kctx, kcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
+			ttls, err := w.b.keepAlive(kctx, []clientv3.LeaseID{w.h.leaseID()})
+			kcancel()
+			switch {
+			case err == nil && ttls[w.h.leaseID()] <= 0:
+				return nil // Acquire says what happened
+			case err == nil:
+				w.lastKA = sent
+				w.h.kept(w.h.leaseID(), sent)
+			case ctx.Err() != nil:
+				return ctx.Err()
+			default:
+				w.lastKA = time.Now().Add(-every + time.Second/4) // try again soon
+			}
+		}
+	}
+}
+
+// Acquire checks, in one transaction, that the waiter's key still exists
+// with its create revision and whether an older key is left, while a
+// keep-alive of its lease, sent after the attempt began, confirms that etcd
+// keeps the key for a full TTL from now.
+func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	b, h := w.b, w.h
+	lp := b.lockPrefix(w.req.Name)
+	sent := time.Now()
+	lease := h.leaseID()
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
+	defer cancel()
+	kac := b.keepAliveAsync(actx, lease)
+	mine := clientv3.Compare(clientv3.CreateRevision(h.key), "=", w.rev)
+	tr, err := b.cli.Txn(actx).If(mine).
+		Then(clientv3.OpGet(h.key),
+			clientv3.OpGet(lp, clientv3.WithFirstCreate()...),
+			clientv3.OpGet(lp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1))...)).
+		Commit()
+	ka := <-kac
+	if err != nil {
+		return dlock.Grant{}, w.failed(ctx, actx, "checking the queue", err)
+	}
+	if !tr.Succeeded {
+		return dlock.Grant{}, w.gone(lease)
+	}
+	own, holder, pred := firstKV(tr, 0), firstKV(tr, 1), firstKV(tr, 2)
+	sameLease := clientv3.LeaseID(own.Lease) == lease
+	if sameLease && ka.err == nil && ka.ttl <= 0 {
+		return dlock.Grant{}, w.gone(lease)
+	}
+	if ka.err == nil && ka.ttl > 0 {
+		w.lastKA = ka.sent
+		h.kept(lease, ka.sent)
+	}
+	if pred != nil {
+		if holder != nil {
+			if why := foreign(holder); why != "" {
+				return dlock.Grant{}, foreignError(holder, why) // the Client cancels the waiter
+			}
+		}
+		w.pred, w.predRev, w.seen, w.retry = string(pred.Key), pred.CreateRevision, tr.Header.Revision, 0
+		return dlock.Grant{}, heldError(holder)
+	}
+	// The key is the lowest: the lock is ours once etcd keeps it a full TTL.
+	if !sameLease {
+		// A reentrant hold of the same owner, granted in the moment between
+		// the key becoming the lowest and this check, moved it to a longer
+		// lease.
+		r := &renewal{h: h, owner: w.req.Owner, token: w.rev, need: w.need}
+		b.renewAll(actx, []*renewal{r})
+		if r.err != nil {
+			if errors.Is(r.err, dlock.ErrLeaseLost) {
+				return dlock.Grant{}, w.gone(lease)
+			}
+			return dlock.Grant{}, w.failed(ctx, actx, "keeping the lease alive", r.err)
+		}
+	} else if ka.err != nil {
+		return dlock.Grant{}, w.failed(ctx, actx, "keeping the lease alive", ka.err)
+	}
+	if elapsed := time.Since(sent); late(elapsed, w.req.TTL) {
+		// Still the lowest key: the next attempt, timed anew, grants it.
+		return dlock.Grant{}, w.again("confirming the grant", fmt.Errorf("answered %v after the request, more than half the TTL", elapsed.Round(time.Millisecond)))
+	}
+	return dlock.Grant{Token: uint64(w.rev), Count: max(decode(own).Holds, 1), Handle: h}, nil
+}
+
+// failed turns an etcd error of an attempt into the waiter's answer: an
+// error matching dlock.ErrNotAcquired if etcd could not answer for now, so
+// that the Client waits (a moment) and tries again; the error otherwise.
+func (w *waiter) failed(ctx, actx context.Context, what string, err error) error {
+	if !retryable(ctx, actx, err) {
+		return wrap(ctx, what, err)
+	}
+	return w.again(what, err)
+}
+
+// again makes the next Wait return after a short pause, for another
+// attempt, and returns an error matching dlock.ErrNotAcquired so that the
+// Client makes it.
+func (w *waiter) again(what string, err error) error {
+	w.retry++
+	w.pred = ""
+	return errkind.Errorf(dlock.ErrNotAcquired, "etcd: %s failed (will retry): %w", what, err)
+}
+
+// gone is the error of a waiter whose key was deleted while it waited.
+func (w *waiter) gone(lease clientv3.LeaseID) error {
+	return lostf("etcd: the waiting request's key %s is gone: its lease %x expired or was revoked while it waited "+
+		"(was the process paused or cut off from etcd for longer than the TTL of %ds?); the lock was NOT granted",
+		w.h.key, int64(lease), w.need)
+}
+
+// Cancel withdraws the waiter: it deletes its key (or, if a reentrant hold
+// of the same owner was added to it, takes one hold off) and revokes its
+// lease.
+func (w *waiter) Cancel(ctx context.Context) error {
+	lease := w.h.leaseID()
+	err := w.b.release(ctx, w.h, w.req.Owner, w.rev)
+	if errors.Is(err, dlock.ErrLeaseLost) {
+		w.b.revokeLater(lease)
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,196 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/go-zookeeper/zk"
+)
+
+// holdOf returns the backend's state of h: its Handle, or, for a Hold made
+// elsewhere (another process releasing a stale lease), the holder's node
+// if it carries h's token and owner.
+func (b *Backend) holdOf(ctx context.Context, h dlock.Hold) (*hold, error) {
+	if hd, ok := h.Handle.(*hold); ok && hd != nil {
+		return hd, nil
+	}
+	parent := b.lockPath(h.Name)
+	kids, err := b.children(ctx, parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, lostErr("lock %q is not held", h.Name)
+	}
+	if err != nil {
+		return nil, b.unavailable("list "+parent, err)
+	}
+	q := queue(kids)
+	if len(q) == 0 {
+		return nil, lostErr("lock %q is not held", h.Name)
+	}
+	path := parent + "/" + q[0].name
+	r, err := b.get(ctx, path, false)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, lostErr("token %d no longer holds %q", h.Token, h.Name)
+	}
+	if err != nil {
+		return nil, b.unavailable("read "+path, err)
+	}
+	d := decodeData(r.data)
+	if uint64(r.stat.Czxid) != h.Token || d.Owner != h.Owner {
+		return nil, lostErr("%q is held by %q with token %d", h.Name, d.Owner, r.stat.Czxid)
+	}
+	sid, _ := b.session()
+	return &hold{path: path, name: h.Name, owner: h.Owner, token: r.stat.Czxid, own: sid != 0 && r.stat.EphemeralOwner == sid, session: sid}, nil
+}
+
+// Renew checks that h still holds its lock: its node exists with h's token
+// and, when it is in this backend's session, belongs to the current
+// session. The answer proves that the session was alive when the request
+// was sent, so the session cannot expire, nor the node go, before the send
+// time plus the session timeout; ttl (at most the session timeout) is how
+// long the backend keeps the hold without a further renewal.
+func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	hd, err := b.holdOf(ctx, h)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	switch {
+	case hd.done:
+		b.mu.Unlock()
+		return lostErr("token %d of %q was released", hd.token, hd.name)
+	case hd.lost != nil:
+		err := hd.lost
+		b.mu.Unlock()
+		return err
+	}
+	b.mu.Unlock()
+	if err := b.checkTTL(ttl); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	hd.busy++
+	b.mu.Unlock()
+
+	start := time.Now()
+	st, err := b.exists(ctx, hd.path)
+	sid, _ := b.session()
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	hd.busy--
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		hd.lost = lostErr("the node of token %d of %q was deleted (session ended or lock released)", hd.token, hd.name)
+		hd.done = true
+	case err != nil:
+		return b.unavailable("renew "+hd.path, err)
+	case st.Czxid != hd.token:
+		hd.lost = lostErr("the node of %q has token %d, not %d", hd.name, st.Czxid, hd.token)
+		hd.done = true
+	case hd.own && (st.EphemeralOwner != hd.session || sid != hd.session):
+		hd.lost = lostErr("the node of token %d of %q belongs to session 0x%x, not to the current session 0x%x", hd.token, hd.name, st.EphemeralOwner, sid)
+	}
+	if hd.lost != nil {
+		b.kick()
+		return hd.lost
+	}
+	hd.expires = start.Add(ttl)
+	return nil
+}
+
+// RenewBatch renews many holds at once: the requests go out together on
+// the one connection, so a batch costs one round trip.
+func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	errs := make([]error, len(rs))
+	done := make(chan struct{}, len(rs))
+	for i, r := range rs {
+		go func() {
+			errs[i] = b.Renew(ctx, r.Hold, r.TTL)
+			done <- struct{}{}
+		}()
+	}
+	for range rs {
+		<-done
+	}
+	return errs
+}
+
+// Release gives up one hold of h: it deletes h's node when h is its only
+// hold (one conditional delete for a plain, non-reentrant hold), and
+// otherwise lowers the count in the node's data.
+func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	hd, err := b.holdOf(ctx, h)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	switch {
+	case hd.done:
+		b.mu.Unlock()
+		return lostErr("token %d of %q was already released", hd.token, hd.name)
+	case hd.lost != nil:
+		// The monitor deletes the node if it is still there.
+		err := hd.lost
+		b.kick()
+		b.mu.Unlock()
+		return err
+	}
+	hd.busy++
+	b.mu.Unlock()
+	err = b.releaseNode(ctx, hd)
+	b.mu.Lock()
+	hd.busy--
+	if err == nil || errors.Is(err, dlock.ErrLeaseLost) {
+		hd.done = true
+	}
+	b.kick()
+	b.mu.Unlock()
+	return err
+}
+
+// releaseNode takes one hold off h's node.
+func (b *Backend) releaseNode(ctx context.Context, h *hold) error {
+	if h.fresh {
+		// Data version 0 means nobody re-entered: the count is 1.
+		err := b.del(ctx, h.path, 0)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return lostErr("the node of token %d of %q is gone", h.token, h.name)
+		case !errors.Is(err, zk.ErrBadVersion):
+			return b.unavailable("release "+h.path, err)
+		}
+	}
+	for range 16 {
+		r, err := b.get(ctx, h.path, false)
+		if errors.Is(err, zk.ErrNoNode) {
+			return lostErr("the node of token %d of %q is gone", h.token, h.name)
+		}
+		if err != nil {
+			return b.unavailable("release "+h.path, err)
+		}
+		d := decodeData(r.data)
+		if r.stat.Czxid != h.token || d.Owner != h.owner {
+			return lostErr("the node of %q is not token %d's", h.name, h.token)
+		}
+		if d.Count <= 1 {
+			err = b.del(ctx, h.path, r.stat.Version)
+		} else {
+			_, err = b.set(ctx, h.path, encodeData(d.Owner, d.Count-1), r.stat.Version)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrBadVersion):
+			continue
+		case errors.Is(err, zk.ErrNoNode):
+			return lostErr("the node of token %d of %q is gone", h.token, h.name)
+		default:
+			return b.unavailable("release "+h.path, err)
+		}
+	}
+	return b.unavailable("release "+h.path, errors.New("the node kept changing"))
+}
