@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,12 +245,12 @@ func freeSubnet(ip string) (string, error) {
 		return "", fmt.Errorf("testserver: ip addr: %w", err)
 	}
 	routes, _ := exec.Command(ip, "-4", "route").Output()
-	used := string(out) + string(routes)
+	used := strings.Fields(string(out) + " " + string(routes))
 	for range 64 {
 		a, _ := rand.Int(rand.Reader, big.NewInt(55))
 		b, _ := rand.Int(rand.Reader, big.NewInt(256))
 		s := fmt.Sprintf("10.%d.%d", 200+a.Int64(), b.Int64())
-		if !strings.Contains(used, " "+s+".") {
+		if !slices.ContainsFunc(used, func(f string) bool { return strings.HasPrefix(f, s+".") }) {
 			return s, nil
 		}
 	}
