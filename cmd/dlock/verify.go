@@ -72,6 +72,14 @@ turn):
   server-kill   (--local) SIGKILL the same targets, restart after 1.5 TTL
               (Redlock's delayed restart); a Redis server comes back empty,
               which is outside its assumptions, and is labelled so
+  server-cut    (--local zookeeper, etcd) cut the leader, then a follower,
+              of the 3-node ensemble off the network (from the other
+              members and from every client, both ways) for 2 TTL and
+              longer than the ZooKeeper session (4 s), then heal and wait
+              until it serves again. Each member runs in a Linux network
+              namespace of its own, which needs root and iproute2's ip;
+              without them, or on another kind, it is not applicable and
+              the command says so before it starts
   failover      (--local redis-sentinel, redis-sentinel-wait) SIGKILL the
               master, wait for the Sentinel to promote the replica, bring the
               old master back as its replica: outside Redis's assumptions

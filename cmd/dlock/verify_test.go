@@ -124,6 +124,7 @@ func TestVerifyBadInput(t *testing.T) {
 		{"unknown fault", []string{"--url", sqliteURL(t), "--out", filepath.Join(t.TempDir(), "o"), "--faults", "meteor"}, exitUsage, "meteor"},
 		{"unreachable", []string{"--url", "redis://127.0.0.1:1", "--out", filepath.Join(t.TempDir(), "o")}, exitBackend, "127.0.0.1:1"},
 		{"server fault without --local", []string{"--url", sqliteURL(t), "--out", filepath.Join(t.TempDir(), "o"), "--faults", "server-kill"}, exitUsage, "--local"},
+		{"server-cut on sqlite", []string{"--local", "sqlite", "--out", filepath.Join(t.TempDir(), "o"), "--faults", "server-cut"}, exitUsage, "not applicable"},
 		{"network fault on sqlite", []string{"--url", sqliteURL(t), "--out", filepath.Join(t.TempDir(), "o"), "--faults", "cut"}, exitUsage, "no link to the store"},
 		{"unknown local", []string{"--local", "nosuch", "--out", filepath.Join(t.TempDir(), "o")}, exitBackend, "want one of"},
 		{"url and local", []string{"--local", "redis", "--url", sqliteURL(t), "--out", filepath.Join(t.TempDir(), "o")}, exitUsage, "exclude"},

@@ -42,6 +42,15 @@
 // and their addresses with Addrs; ZooKeeperGroup and EtcdGroup can find the
 // current leader.
 //
+// Started WithIsolation (Linux, root, iproute2's ip: see CanIsolate), each
+// member of a ZooKeeperGroup or EtcdGroup runs in a network namespace of its
+// own, joined to the others and to the host by a bridge on a free
+// 10.x.y.0/24; the group's Cut(i) takes member i's link down (it is cut off
+// from the other members and from every client, both ways) and Heal(i)
+// brings it back. The clean-up removes the namespaces and the bridge; those
+// of a process killed before its clean-up are removed by the next group
+// started WithIsolation.
+//
 // # Environment
 //
 //   - DLOCK_TEST_REQUIRE: "all", or a comma-separated list of kinds (redis,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -148,7 +149,16 @@ func (s *EtcdServer) IsLeader() (bool, error) {
 type EtcdGroup struct {
 	nodes   []*EtcdServer
 	timeout time.Duration
+	lab     *netLab // WithIsolation
 }
+
+// Cut cuts member i off from the other members and from every client,
+// both ways, until Heal; Leader and WaitLeader leave it out meanwhile. It
+// needs WithIsolation (else ErrNotIsolated).
+func (g *EtcdGroup) Cut(i int) error { return g.lab.setCut(i, true) }
+
+// Heal joins member i, cut off by Cut, to the network again.
+func (g *EtcdGroup) Heal(i int) error { return g.lab.setCut(i, false) }
 
 // Node returns the i-th member (from 0; its name is n<i+1>).
 func (g *EtcdGroup) Node(i int) *EtcdServer { return g.nodes[i] }
@@ -182,7 +192,7 @@ func (g *EtcdGroup) Endpoints() []string {
 func (g *EtcdGroup) Leader() (int, error) {
 	var errs []error
 	for i, n := range g.nodes {
-		if !n.Running() {
+		if !n.Running() || g.lab.isCut(i) {
 			continue
 		}
 		ok, err := n.IsLeader()
@@ -221,7 +231,7 @@ func (g *EtcdGroup) agreedLeader() (int, error) {
 	var leaderID uint64
 	idx := -1
 	for i, n := range g.nodes {
-		if !n.Running() {
+		if !n.Running() || g.lab.isCut(i) {
 			continue
 		}
 		ctx, cancel := ctxTimeout(time.Second)
@@ -273,8 +283,9 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 	Require(t, KindEtcd)
 	bin, _ := lookBinary("etcd")
 	cfg := newConfig(etcdTimeout, opts)
+	lab := isolation(t, KindEtcd, cfg, n)
 	f := newFixture(t)
-	g := &EtcdGroup{timeout: cfg.startTimeout}
+	g := &EtcdGroup{timeout: cfg.startTimeout, lab: lab}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
 		g.nodes = nil
 		ports, err := freePorts(2 * n)
@@ -284,9 +295,18 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 		var tok [8]byte
 		_, _ = rand.Read(tok[:])
 		token := "dlock-test-" + hex.EncodeToString(tok[:])
+		hostPort := func(i, port int) string { return loopback(port) }
+		if lab != nil {
+			// A namespace of its own per member: the usual ports, each on
+			// its member's address.
+			hostPort = func(i, port int) string { return net.JoinHostPort(lab.addr(i), strconv.Itoa(port)) }
+			for i := range ports {
+				ports[i] = 2379 + i%2
+			}
+		}
 		var initial []string
 		for i := 0; i < n; i++ {
-			initial = append(initial, fmt.Sprintf("n%d=http://%s", i+1, loopback(ports[2*i+1])))
+			initial = append(initial, fmt.Sprintf("n%d=http://%s", i+1, hostPort(i, ports[2*i+1])))
 		}
 		var procs []*Process
 		for i := 0; i < n; i++ {
@@ -294,7 +314,7 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 			if err != nil {
 				return nil, err
 			}
-			client, peer := "http://"+loopback(ports[2*i]), "http://"+loopback(ports[2*i+1])
+			client, peer := "http://"+hostPort(i, ports[2*i]), "http://"+hostPort(i, ports[2*i+1])
 			args := append([]string{bin,
 				"--name", fmt.Sprintf("n%d", i+1),
 				"--data-dir", filepath.Join(dir, "data"),
@@ -304,7 +324,10 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 				"--initial-cluster-state", "new", "--initial-cluster-token", token,
 				"--logger", "zap", "--log-outputs", "stderr",
 			}, cfg.args...)
-			addr := loopback(ports[2*i])
+			addr := hostPort(i, ports[2*i])
+			if lab != nil {
+				args = lab.exec(i, args)
+			}
 			name := fmt.Sprintf("etcd[%d]", i)
 			if single {
 				name = "etcd"
@@ -313,7 +336,7 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 			p.probeTimeout = 2 * time.Second
 			p.ready = func(ctx context.Context) error { return etcdHealth(ctx, addr) }
 			procs = append(procs, p)
-			g.nodes = append(g.nodes, &EtcdServer{Process: p, peerAddr: loopback(ports[2*i+1])})
+			g.nodes = append(g.nodes, &EtcdServer{Process: p, peerAddr: hostPort(i, ports[2*i+1])})
 		}
 		return procs, nil
 	}, nil)

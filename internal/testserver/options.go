@@ -12,6 +12,7 @@ type config struct {
 	zooCfg            [][2]string
 	startTimeout      time.Duration
 	sentinelDownAfter time.Duration
+	isolate           bool
 }
 
 func newConfig(defaultTimeout time.Duration, opts []Option) *config {

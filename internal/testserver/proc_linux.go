@@ -25,7 +25,7 @@ func ownsListener(p *Process) error {
 	if pid == 0 {
 		return ErrNotRunning
 	}
-	inodes, err := listenInodes(p.Port())
+	inodes, err := listenInodes(pid, p.Port())
 	if err != nil {
 		return nil // no /proc/net: skip the check
 	}
@@ -52,13 +52,15 @@ func ownsListener(p *Process) error {
 	return fmt.Errorf("port %d is held by another process", p.Port())
 }
 
-// listenInodes returns the socket inodes listening on port (IPv4 and IPv6).
-func listenInodes(port int) (map[string]bool, error) {
+// listenInodes returns the socket inodes listening on port (IPv4 and IPv6)
+// in the network namespace of process pid (a server started WithIsolation
+// has its own).
+func listenInodes(pid, port int) (map[string]bool, error) {
 	hexPort := fmt.Sprintf(":%04X", port)
 	out := map[string]bool{}
 	found := false
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(f)
+	for _, f := range []string{"net/tcp", "net/tcp6"} {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + f)
 		if err != nil {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -102,7 +103,16 @@ func (s *ZooKeeperServer) Mode() (string, error) {
 type ZooKeeperGroup struct {
 	nodes   []*ZooKeeperServer
 	timeout time.Duration
+	lab     *netLab // WithIsolation
 }
+
+// Cut cuts node i off from the other nodes and from every client, both
+// ways, until Heal; Leader and WaitLeader leave it out meanwhile. It needs
+// WithIsolation (else ErrNotIsolated).
+func (g *ZooKeeperGroup) Cut(i int) error { return g.lab.setCut(i, true) }
+
+// Heal joins node i, cut off by Cut, to the network again.
+func (g *ZooKeeperGroup) Heal(i int) error { return g.lab.setCut(i, false) }
 
 // Node returns the i-th server (from 0; its myid is i+1).
 func (g *ZooKeeperGroup) Node(i int) *ZooKeeperServer { return g.nodes[i] }
@@ -132,7 +142,7 @@ func (g *ZooKeeperGroup) ConnectString() string { return strings.Join(g.Addrs(),
 func (g *ZooKeeperGroup) Leader() (int, error) {
 	var errs []error
 	for i, n := range g.nodes {
-		if !n.Running() {
+		if !n.Running() || g.lab.isCut(i) {
 			continue
 		}
 		m, err := n.Mode()
@@ -170,7 +180,7 @@ func (g *ZooKeeperGroup) WaitLeader(timeout time.Duration) (int, error) {
 func (g *ZooKeeperGroup) serving() (int, error) {
 	leader := -1
 	for i, n := range g.nodes {
-		if !n.Running() {
+		if !n.Running() || g.lab.isCut(i) {
 			continue
 		}
 		ctx, cancel := ctxTimeout(time.Second)
@@ -224,18 +234,28 @@ func zkStart(t T, n int, standalone bool, opts []Option) *ZooKeeperGroup {
 	java, _ := lookBinary("java")
 	cp, _ := zkClassPath()
 	cfg := newConfig(zkTimeout, opts)
+	lab := isolation(t, KindZooKeeper, cfg, n)
 	f := newFixture(t)
-	g := &ZooKeeperGroup{timeout: cfg.startTimeout}
+	g := &ZooKeeperGroup{timeout: cfg.startTimeout, lab: lab}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
 		g.nodes = nil
 		ports, err := freePorts(3 * n)
 		if err != nil {
 			return nil, err
 		}
+		host := func(int) string { return "127.0.0.1" }
+		if lab != nil {
+			// A namespace of its own per node: the usual ports, each on
+			// its node's address.
+			host = lab.addr
+			for i := range ports {
+				ports[i] = []int{2181, 2888, 3888}[i%3]
+			}
+		}
 		var servers []string
 		if !standalone {
 			for i := 0; i < n; i++ {
-				servers = append(servers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
+				servers = append(servers, fmt.Sprintf("server.%d=%s:%d:%d", i+1, host(i), ports[3*i+1], ports[3*i+2]))
 			}
 		}
 		var procs []*Process
@@ -254,7 +274,8 @@ func zkStart(t T, n int, standalone bool, opts []Option) *ZooKeeperGroup {
 				}
 			}
 			conf := filepath.Join(dir, "zoo.cfg")
-			if err := os.WriteFile(conf, []byte(zooConfig(data, ports[3*i], servers, cfg.zooCfg)), 0o644); err != nil {
+			zooCfg := append([][2]string{{"clientPortAddress", host(i)}}, cfg.zooCfg...)
+			if err := os.WriteFile(conf, []byte(zooConfig(data, ports[3*i], servers, zooCfg)), 0o644); err != nil {
 				return nil, err
 			}
 			args := []string{java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
@@ -281,7 +302,10 @@ func zkStart(t T, n int, standalone bool, opts []Option) *ZooKeeperGroup {
 			if !standalone {
 				name = fmt.Sprintf("zookeeper[%d]", i)
 			}
-			addr := loopback(ports[3*i])
+			addr := net.JoinHostPort(host(i), strconv.Itoa(ports[3*i]))
+			if lab != nil {
+				args = lab.exec(i, args)
+			}
 			p := newProcess(name, dir, addr, args)
 			p.ready = func(ctx context.Context) error {
 				out, err := fourLetter(ctx, addr, "srvr")

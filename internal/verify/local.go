@@ -19,6 +19,7 @@ import (
 const (
 	FaultServerPause = "server-pause" // SIGSTOP a server for 2 TTL (ensembles: the leader and a follower in turn; Redlock: 2 of 5 masters)
 	FaultServerKill  = "server-kill"  // SIGKILL a server, restart it after 1.5 TTL (same targets)
+	FaultServerCut   = "server-cut"   // ZooKeeper and etcd ensembles: cut the leader, then a follower, off the network for longer than the session or lease, then heal
 	FaultFailover    = "failover"     // Redis Sentinel: SIGKILL the master, wait for the replica's promotion, bring the old master back as a replica
 )
 
@@ -40,6 +41,15 @@ type Local struct {
 	outside  map[string]string
 	turn     int
 	sentinel *testserver.SentinelGroup
+
+	// The cut of an ensemble member (server-cut): cut and heal member i,
+	// settle waits until the ensemble serves again with every member.
+	// cutWhy says why the store cannot take it; session is the ZooKeeper
+	// session timeout in the URL (a cut lasts longer than it).
+	cut, heal func(i int) error
+	settle    func() error
+	cutWhy    string
+	session   time.Duration
 }
 
 // StartLocal starts the servers of kind on free loopback ports, as the
@@ -81,19 +91,27 @@ func StartLocal(kind string, log io.Writer) (l *Local, err error) {
 			l.servers = append(l.servers, n.Process)
 		}
 	case "zookeeper":
-		g := testserver.ZooKeeperEnsemble(t, 3)
+		g := testserver.ZooKeeperEnsemble(t, 3, l.isolation()...)
 		l.URL = "zk://" + g.ConnectString() + "?session_timeout=4s"
 		for _, n := range g.Nodes() {
 			l.servers = append(l.servers, n.Process)
 		}
-		l.leader = g.Leader
+		l.leader, l.session = g.Leader, 4*time.Second
+		if l.cutWhy == "" {
+			l.cut, l.heal = g.Cut, g.Heal
+			l.settle = func() error { _, err := g.WaitLeader(30 * time.Second); return err }
+		}
 	case "etcd":
-		g := testserver.EtcdCluster(t, 3)
+		g := testserver.EtcdCluster(t, 3, l.isolation()...)
 		l.URL = "etcd://" + strings.Join(g.Addrs(), ",") + "/verify"
 		for _, n := range g.Nodes() {
 			l.servers = append(l.servers, n.Process)
 		}
 		l.leader = g.Leader
+		if l.cutWhy == "" {
+			l.cut, l.heal = g.Cut, g.Heal
+			l.settle = func() error { _, err := g.WaitLeader(30 * time.Second); return err }
+		}
 	case "postgres", "postgres-session":
 		s := testserver.Postgres(t)
 		l.URL, l.servers = s.TestDSN(), []*testserver.Process{s.Process}
@@ -130,6 +148,35 @@ func (l *Local) canServerFault() error {
 		return fmt.Errorf("server faults cannot be applied to %s: it has no server", l.Kind)
 	}
 	return nil
+}
+
+// isolation returns the option that runs each member of an ensemble in a
+// network namespace of its own, so that server-cut can cut one off; where
+// that cannot be done (not root, no ip) the ensemble runs on loopback and
+// cutWhy says why server-cut is not applicable.
+func (l *Local) isolation() []testserver.Option {
+	if err := testserver.CanIsolate(); err != nil {
+		l.cutWhy = "a member is cut off in a network namespace of its own, which cannot be made here: " + err.Error()
+		return nil
+	}
+	return []testserver.Option{testserver.WithIsolation()}
+}
+
+// canCut says whether the store can take server-cut, and if not why.
+func (l *Local) canCut() error {
+	switch {
+	case l.cutWhy != "":
+		return fmt.Errorf("not applicable to --local %s: %s", l.Kind, l.cutWhy)
+	case l.cut == nil:
+		return fmt.Errorf("not applicable to --local %s: it cuts a member of a 3-node ensemble off the network (--local zookeeper or etcd)", l.Kind)
+	}
+	return nil
+}
+
+// cutFor is how long a cut lasts: 2 TTL, and longer than a ZooKeeper
+// session, so that the cut member's sessions and leases expire.
+func (l *Local) cutFor(ttl time.Duration) time.Duration {
+	return max(2*ttl, l.session+ttl)
 }
 
 // targets picks the servers of the next server fault: the only server; 2
@@ -183,6 +230,23 @@ func (l *Local) apply(kind string, ttl time.Duration) (string, error) {
 		for _, p := range ps {
 			errs = append(errs, p.Restart())
 		}
+	case FaultServerCut:
+		if err := l.canCut(); err != nil {
+			return what, err
+		}
+		d := l.cutFor(ttl)
+		for _, p := range ps {
+			i := slices.Index(l.servers, p)
+			errs = append(errs, l.cut(i))
+			what += " (" + p.Name() + ")"
+		}
+		time.Sleep(d)
+		for _, p := range ps {
+			errs = append(errs, l.heal(slices.Index(l.servers, p)))
+		}
+		// The window ends when the healed member serves again.
+		errs = append(errs, l.settle())
+		what += fmt.Sprintf(" cut off from the other members and the clients for %v", d)
 	default:
 		return "", fmt.Errorf("unknown server fault %q", kind)
 	}

@@ -42,6 +42,9 @@ func faultsFor(kind string, faults []string) []string {
 	for _, f := range faults {
 		switch {
 		case f == FaultFailover && !sentinel:
+		case f == FaultServerCut && kind != "zookeeper" && kind != "etcd":
+			// Only an ensemble has members to cut off; where its
+			// namespaces cannot be made, the row says why.
 		case (kind == "sqlite" || sentinel) && (slices.Contains(networkFaults, f) || f == FaultServerPause || f == FaultServerKill):
 			// No link to fault (sqlite), or clients redirected past a
 			// proxy (Sentinel), or no single server to pause or kill.

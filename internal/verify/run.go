@@ -28,7 +28,7 @@ const (
 
 var (
 	networkFaults = []string{FaultLatency, FaultDrop, FaultCut, FaultSlowWrite}
-	allFaults     = append([]string{FaultPause, FaultKill, FaultSkew, FaultServerPause, FaultServerKill, FaultFailover}, networkFaults...)
+	allFaults     = append([]string{FaultPause, FaultKill, FaultSkew, FaultServerPause, FaultServerKill, FaultServerCut, FaultFailover}, networkFaults...)
 )
 
 // Mutations make a run that must fail, to show that the checker can.
@@ -86,7 +86,12 @@ func (c *Config) check() error {
 		if f == FaultFailover && (c.Local == nil || c.Local.sentinel == nil) {
 			return fmt.Errorf("--faults %s: a failover needs --local redis-sentinel or redis-sentinel-wait", f)
 		}
-		if f == FaultServerPause || f == FaultServerKill {
+		if f == FaultServerCut && c.Local != nil {
+			if err := c.Local.canCut(); err != nil {
+				return fmt.Errorf("--faults %s: %w", f, err)
+			}
+		}
+		if f == FaultServerPause || f == FaultServerKill || f == FaultServerCut {
 			if c.Local == nil {
 				return fmt.Errorf("--faults %s: server faults need a store the command runs itself (--local)", f)
 			}
@@ -424,7 +429,7 @@ func (r *runner) onRead(worker, pid int) {
 			r.busy = false
 			r.mu.Unlock()
 		}()
-	case FaultServerPause, FaultServerKill, FaultFailover:
+	case FaultServerPause, FaultServerKill, FaultServerCut, FaultFailover:
 		go func() {
 			t := Now()
 			what, err := r.cfg.Local.apply(kind, r.cfg.TTL)
