@@ -180,136 +180,173 @@ type attemptResult struct {
 	near  bool // in a split, this attempt got all but one of a quorum
 }
 
+// attempt makes one acquisition attempt on every master: rounds of the
+// acquire script until a quorum granted or cannot, then complete on a
+// quorum, or give back whatever was got.
 func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode string, ticket int64, done *atomic.Bool) (dlock.Grant, attemptResult, error) {
 	if b.closed.Load() {
 		return dlock.Grant{}, attemptResult{}, fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
 	}
 	start := time.Now()
-	n := len(b.nodes)
-	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, done: done, ch: make(chan nodeRes, n*maxRounds)}
+	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, done: done, ch: make(chan nodeRes, len(b.nodes)*maxRounds)}
+	t, proposal := a.rounds(ctx, mode, ticket)
+	if t.ctxErr != nil || !t.quorum(b.quorum) {
+		err := b.attemptError(t)
+		return dlock.Grant{}, a.fail(t), err
+	}
+	g, err := b.complete(ctx, a, t.granted, proposal, start)
+	if err != nil {
+		t.held = nil // retry after a short random pause
+		return dlock.Grant{}, a.fail(t), err
+	}
+	if done != nil {
+		done.Store(true)
+	}
+	a.decide(stateGranted, g.Token)
+	return g, attemptResult{}, nil
+}
+
+// tally is what one round of an attempt heard from the masters.
+type tally struct {
+	granted, held, failed, stale []nodeRes
+	got, nNew, nReent            int
+	reentBy                      map[uint64]int // reentries by the token of the hold
+	ctxErr                       error
+}
+
+func (t *tally) add(r nodeRes) {
+	t.got++
+	switch r.kind {
+	case kindNew:
+		t.nNew++
+		t.granted = append(t.granted, r)
+	case kindReent:
+		// Reentries count toward a quorum only with others of the same
+		// hold (the same token): the owner may hold the lock on some
+		// masters by another grant.
+		t.reentBy[r.fence]++
+		t.nReent = max(t.nReent, t.reentBy[r.fence])
+		t.granted = append(t.granted, r)
+	case kindHeld:
+		t.held = append(t.held, r)
+	case kindStale:
+		t.stale = append(t.stale, r)
+	default:
+		t.failed = append(t.failed, r)
+	}
+}
+
+// quorum reports whether the round got a quorum of new grants, or of
+// reentries of the owner's hold; a mix of the two is the owner's other
+// hold on a minority (see complete).
+func (t *tally) quorum(q int) bool { return t.nNew >= q || t.nReent >= q }
+
+// rounds runs the attempt's rounds and returns the last one's tally and
+// proposal. The proposed token is the local clock in µs, so that it is
+// usually above every master's fence and the grant takes one round trip. A
+// master whose fence is not below it refuses (stale), and the next round
+// proposes above the highest fence seen. Safety does not depend on the
+// clock, only the number of rounds does.
+func (a *attempt) rounds(ctx context.Context, mode string, ticket int64) (*tally, uint64) {
+	b, n := a.b, len(a.b.nodes)
 	// Per-node calls do not end with ctx: a call cut short may still have
 	// been granted, and its answer decides whether to give it back.
 	nctx := context.WithoutCancel(ctx)
-	// The proposed token: the local clock in µs, so that it is usually
-	// above every master's fence and the grant takes one round trip. A
-	// master whose fence is not below it refuses, and the next round
-	// proposes above the highest fence seen. Safety does not depend on
-	// the clock, only the number of rounds does.
 	proposal := uint64(time.Now().UnixMicro())
-	var granted, held, failed, stale []nodeRes
-	var ctxErr error
-	var quorum bool
-	var nNew int
-	keys := b.keys(req.Name)
+	keys := b.keys(a.req.Name)
 	for round := 0; ; round++ {
 		a.mu.Lock()
 		a.maxP = max(a.maxP, proposal)
 		a.mu.Unlock()
-		args := []any{req.Owner, dur.Ceil(req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
-		rctx, done := b.roundCtx(nctx, n)
-		for i := range n {
-			b.bg.Add(1)
-			b.spawn(i, func() {
-				defer b.bg.Done()
-				r := b.tryNode(rctx, i, keys, args)
-				done()
-				r.round = round
-				a.mu.Lock()
-				if a.state == statePending {
-					a.ch <- r
-					a.mu.Unlock()
-					return
-				}
-				f := a.lateLocked(r)
-				a.mu.Unlock()
-				if f != nil {
-					f()
-				}
-			})
+		args := []any{a.req.Owner, dur.Ceil(a.req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
+		a.send(nctx, round, keys, args)
+		t := a.collect(ctx, round)
+		if t.ctxErr != nil || t.quorum(b.quorum) || len(t.stale) == 0 || round+1 >= maxRounds ||
+			t.nNew+len(t.stale)+n-t.got < b.quorum {
+			return t, proposal
 		}
-		granted, held, failed, stale = nil, nil, nil, nil
-		got, nReent := 0, 0
-		reentBy := map[uint64]int{} // reentries by the token of the hold
-		nNew = 0
-		// A grant needs a quorum of new grants, or of reentries of the
-		// owner's hold; a mix of the two is the owner's other hold on a
-		// minority (see complete).
-		for nNew < b.quorum && nReent < b.quorum && max(nNew, nReent)+n-got >= b.quorum {
-			select {
-			case r := <-a.ch:
-				if r.round != round {
-					// An earlier round's answer: this round's request to
-					// the same master answers for it (same attempt id).
-					continue
-				}
-				got++
-				switch r.kind {
-				case kindNew:
-					nNew++
-					granted = append(granted, r)
-				case kindReent:
-					// Reentries count toward a quorum only with others of
-					// the same hold (the same token): the owner may hold
-					// the lock on some masters by another grant.
-					reentBy[r.fence]++
-					nReent = max(nReent, reentBy[r.fence])
-					granted = append(granted, r)
-				case kindHeld:
-					held = append(held, r)
-				case kindStale:
-					stale = append(stale, r)
-				default:
-					failed = append(failed, r)
-				}
-			case <-ctx.Done():
-				ctxErr = ctx.Err()
-			}
-			if ctxErr != nil {
-				break
-			}
-		}
-		quorum = nNew >= b.quorum || nReent >= b.quorum
-		if ctxErr != nil || quorum || len(stale) == 0 || round+1 >= maxRounds ||
-			nNew+len(stale)+n-got < b.quorum {
-			break
-		}
-		for _, r := range stale {
+		for _, r := range t.stale {
 			proposal = max(proposal, r.fence+1)
 		}
 	}
-	var g dlock.Grant
-	var err error
-	if ctxErr == nil && quorum {
-		g, err = b.complete(ctx, a, granted, proposal, start)
-		if err == nil {
-			if done != nil {
-				done.Store(true)
+}
+
+// send runs one round's request on every master; an answer that comes
+// after the attempt was decided is dealt with as a late one.
+func (a *attempt) send(nctx context.Context, round int, keys []string, args []any) {
+	b, n := a.b, len(a.b.nodes)
+	rctx, done := b.roundCtx(nctx, n)
+	for i := range n {
+		b.bg.Add(1)
+		b.spawn(i, func() {
+			defer b.bg.Done()
+			r := b.tryNode(rctx, i, keys, args)
+			done()
+			r.round = round
+			a.mu.Lock()
+			if a.state == statePending {
+				a.ch <- r
+				a.mu.Unlock()
+				return
 			}
-			a.decide(stateGranted, g.Token)
-			return g, attemptResult{}, nil
-		}
-		held = nil // retry after a short random pause
-	} else {
-		switch {
-		case ctxErr != nil:
-			err = ctxErr
-		case foreignIn(failed) != nil:
-			// Foreign data on a master decides a failed attempt: waiting
-			// would not make it go away.
-			err = foreignIn(failed)
-		case len(failed) > n-b.quorum:
-			err = b.quorumError("acquire", len(granted), failed)
-		case len(held) == 0:
-			err = fmt.Errorf("%w: %d of %d masters granted, %d needed", dlock.ErrNotAcquired, len(granted), n, b.quorum)
-		default:
-			err = notAcquired(held, len(granted), b.quorum)
+			f := a.lateLocked(r)
+			a.mu.Unlock()
+			if f != nil {
+				f()
+			}
+		})
+	}
+}
+
+// collect reads the round's answers until a quorum granted, cannot grant,
+// or ctx ends.
+func (a *attempt) collect(ctx context.Context, round int) *tally {
+	q, n := a.b.quorum, len(a.b.nodes)
+	t := &tally{reentBy: map[uint64]int{}}
+	for !t.quorum(q) && max(t.nNew, t.nReent)+n-t.got >= q {
+		select {
+		case r := <-a.ch:
+			if r.round != round {
+				// An earlier round's answer: this round's request to the
+				// same master answers for it (same attempt id).
+				continue
+			}
+			t.add(r)
+		case <-ctx.Done():
+			t.ctxErr = ctx.Err()
+			return t
 		}
 	}
-	// Give back at once everything the attempt may have got; masters that
-	// answer later give back when they answer.
+	return t
+}
+
+// attemptError is the error of an attempt whose last round t got no quorum.
+func (b *Backend) attemptError(t *tally) error {
+	n := len(b.nodes)
+	switch {
+	case t.ctxErr != nil:
+		return t.ctxErr
+	case foreignIn(t.failed) != nil:
+		// Foreign data on a master decides a failed attempt: waiting
+		// would not make it go away.
+		return foreignIn(t.failed)
+	case len(t.failed) > n-b.quorum:
+		return b.quorumError("acquire", len(t.granted), t.failed)
+	case len(t.held) == 0:
+		return fmt.Errorf("%w: %d of %d masters granted, %d needed", dlock.ErrNotAcquired, len(t.granted), n, b.quorum)
+	default:
+		return notAcquired(t.held, len(t.granted), b.quorum)
+	}
+}
+
+// fail decides the attempt failed and gives back at once everything it
+// may have got; masters that answer later give back when they answer. It
+// returns what the attempt saw, for the waiter's timing.
+func (a *attempt) fail(t *tally) attemptResult {
+	b := a.b
 	pending := a.decide(stateFailed, 0)
 	var wg sync.WaitGroup
-	for _, r := range slices.Concat(granted, failed, stale, pending) {
+	for _, r := range slices.Concat(t.granted, t.failed, t.stale, pending) {
 		if r.kind == kindHeld || errors.Is(r.err, dlock.ErrForeignData) {
 			continue // a refusal of foreign data wrote nothing
 		}
@@ -322,10 +359,10 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	wg.Wait()
 	// Contenders collided only if this attempt got masters and gave them
 	// back; one that got none waits for the notice of their give-back.
-	res := splitInfo(held, b.quorum)
-	res.split = res.split && len(granted) > 0
-	res.near = res.split && nNew >= b.quorum-1
-	return dlock.Grant{}, res, err
+	res := splitInfo(t.held, b.quorum)
+	res.split = res.split && len(t.granted) > 0
+	res.near = res.split && t.nNew >= b.quorum-1
+	return res
 }
 
 // foreignIn returns the error of the first master in failed that holds
@@ -376,90 +413,17 @@ func (a *attempt) decide(state int, token uint64) []nodeRes {
 // reported plus one and writes it to them, and counts only if a quorum took
 // it and validity remains.
 func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, proposal uint64, start time.Time) (dlock.Grant, error) {
-	var reent []nodeRes
-	for _, r := range granted {
-		if r.kind == kindReent {
-			reent = append(reent, r)
-		}
-	}
 	var g dlock.Grant
-	fenced := 0
+	var fenced int
 	var toFence []nodeRes
-	// The hold re-entered is the one a quorum of reentries share (its
-	// token); a reentry of another hold of the owner on a minority is
-	// undone, as in a new grant.
-	by := map[uint64][]nodeRes{}
-	var hold []nodeRes
-	for _, r := range reent {
-		by[r.fence] = append(by[r.fence], r)
-		if len(by[r.fence]) >= b.quorum {
-			hold = by[r.fence]
-		}
-	}
-	if hold != nil {
-		best := hold[0]
-		a.reentry = true
-		g = dlock.Grant{Token: best.fence, Count: 1, Handle: &handle{gid: best.gid, a: a}}
-		for _, r := range hold {
-			g.Count = max(g.Count, r.count)
-		}
-		fenced = len(hold)
-		for _, r := range granted {
-			switch {
-			case r.kind == kindNew:
-				toFence = append(toFence, r)
-			case r.fence != best.fence:
-				b.bg.Add(1)
-				go func() {
-					defer b.bg.Done()
-					b.giveBack(r.i, a.giveBackOf(r))
-				}()
-			}
-		}
+	if hold := b.quorumHold(granted); hold != nil {
+		g, fenced, toFence = a.reenter(hold, granted)
 	} else {
-		// The masters that granted anew took the proposal as their fence
-		// with the grant (those that granted in an earlier round take it
-		// now). Masters where the owner holds otherwise (a hold of the
-		// same owner being released, or one that lost its quorum) took
-		// the request as a reentry of that hold; that is undone, and they
-		// join this hold at its renewals once that one is gone.
-		g = dlock.Grant{Token: proposal, Count: 1, Handle: &handle{gid: a.gid, a: a}}
-		for _, r := range granted {
-			switch {
-			case r.kind == kindReent:
-				b.bg.Add(1)
-				go func() {
-					defer b.bg.Done()
-					b.giveBack(r.i, a.giveBackOf(r))
-				}()
-			case r.fence == proposal:
-				fenced++
-			default:
-				toFence = append(toFence, r)
-			}
-		}
+		g, fenced, toFence = a.grantNew(granted, proposal)
 	}
 	if len(toFence) > 0 {
-		nctx := context.WithoutCancel(ctx)
-		errs := make([]error, len(toFence))
-		var wg sync.WaitGroup
-		for j, r := range toFence {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[j] = b.fenceNode(nctx, r.i, a.req.Name, a.owner, r.gid, a.qid, g.Token)
-			}()
-		}
-		wg.Wait()
-		var failed []nodeRes
-		for j, err := range errs {
-			if err == nil {
-				fenced++
-			} else {
-				failed = append(failed, nodeRes{i: toFence[j].i, err: err})
-			}
-		}
-		if fenced < b.quorum {
+		ok, failed := a.fence(context.WithoutCancel(ctx), toFence, g.Token)
+		if fenced += ok; fenced < b.quorum {
 			// Not granted, but worth another attempt: a waiting Lock
 			// tries again.
 			return dlock.Grant{}, fmt.Errorf("%w: %w", dlock.ErrNotAcquired, b.quorumError("acquire (writing the token)", fenced, failed))
@@ -470,6 +434,97 @@ func (b *Backend) complete(ctx context.Context, a *attempt, granted []nodeRes, p
 			dlock.ErrNotAcquired, time.Since(start).Round(time.Millisecond), a.req.TTL)
 	}
 	return g, nil
+}
+
+// quorumHold returns the reentries of the hold a quorum of them share (its
+// token), or nil.
+func (b *Backend) quorumHold(granted []nodeRes) []nodeRes {
+	by := map[uint64][]nodeRes{}
+	var hold []nodeRes
+	for _, r := range granted {
+		if r.kind != kindReent {
+			continue
+		}
+		by[r.fence] = append(by[r.fence], r)
+		if len(by[r.fence]) >= b.quorum {
+			hold = by[r.fence]
+		}
+	}
+	return hold
+}
+
+// reenter makes the grant of a reentry of hold: the masters that granted
+// anew are fenced with its token, and a reentry of another hold of the
+// owner on a minority is undone, as in a new grant.
+func (a *attempt) reenter(hold, granted []nodeRes) (g dlock.Grant, fenced int, toFence []nodeRes) {
+	best := hold[0]
+	a.reentry = true
+	g = dlock.Grant{Token: best.fence, Count: 1, Handle: &handle{gid: best.gid, a: a}}
+	for _, r := range hold {
+		g.Count = max(g.Count, r.count)
+	}
+	for _, r := range granted {
+		switch {
+		case r.kind == kindNew:
+			toFence = append(toFence, r)
+		case r.fence != best.fence:
+			a.giveBackLater(r)
+		}
+	}
+	return g, len(hold), toFence
+}
+
+// grantNew makes the grant of a new hold with token proposal. The masters
+// that granted anew took the proposal as their fence with the grant (those
+// that granted in an earlier round take it now). Masters where the owner
+// holds otherwise (a hold of the same owner being released, or one that
+// lost its quorum) took the request as a reentry of that hold; that is
+// undone, and they join this hold at its renewals once that one is gone.
+func (a *attempt) grantNew(granted []nodeRes, proposal uint64) (g dlock.Grant, fenced int, toFence []nodeRes) {
+	g = dlock.Grant{Token: proposal, Count: 1, Handle: &handle{gid: a.gid, a: a}}
+	for _, r := range granted {
+		switch {
+		case r.kind == kindReent:
+			a.giveBackLater(r)
+		case r.fence == proposal:
+			fenced++
+		default:
+			toFence = append(toFence, r)
+		}
+	}
+	return g, fenced, toFence
+}
+
+// fence writes token to the masters of toFence in parallel and returns
+// how many took it and the ones that failed.
+func (a *attempt) fence(nctx context.Context, toFence []nodeRes, token uint64) (ok int, failed []nodeRes) {
+	errs := make([]error, len(toFence))
+	var wg sync.WaitGroup
+	for j, r := range toFence {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[j] = a.b.fenceNode(nctx, r.i, a.req.Name, a.owner, r.gid, a.qid, token)
+		}()
+	}
+	wg.Wait()
+	for j, err := range errs {
+		if err == nil {
+			ok++
+		} else {
+			failed = append(failed, nodeRes{i: toFence[j].i, err: err})
+		}
+	}
+	return ok, failed
+}
+
+// giveBackLater gives r's grant back in the background.
+func (a *attempt) giveBackLater(r nodeRes) {
+	a.b.bg.Add(1)
+	go func() {
+		defer a.b.bg.Done()
+		a.b.giveBack(r.i, a.giveBackOf(r))
+	}()
 }
 
 // handle is a grant's Handle: the acquisition id that the masters store

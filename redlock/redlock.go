@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/errkind"
 	"github.com/dlock-dev/dlock/internal/redisconn"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -48,11 +48,18 @@ var _ dlock.Backend = (*Backend)(nil)
 // ContextTimeoutEnabled, so that the per-node timeout ([NodeTimeout])
 // bounds their reads and writes, and with MaxRetries -1: a script whose
 // reply was lost must not run twice.
+//
+// Options that make clients ([Credentials], [DB], [TLS], [ConnectTimeout])
+// are Open's only; New rejects them.
 func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+	cfg := newConfig(opts)
+	if len(cfg.dial.set) > 0 {
+		cfg.errs = append(cfg.errs, strings.Join(cfg.dial.set, ", ")+" apply to Open only, which makes the clients")
 	}
+	return newBackend(clients, cfg)
+}
+
+func newBackend(clients []*goredis.Client, cfg config) (*Backend, error) {
 	if len(clients) == 0 {
 		cfg.errs = append(cfg.errs, "no masters")
 	}
@@ -63,7 +70,7 @@ func New(clients []*goredis.Client, opts ...Option) (*Backend, error) {
 		}
 	}
 	if len(cfg.errs) > 0 {
-		return nil, fmt.Errorf("%w: redlock: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "redlock: %s", strings.Join(cfg.errs, "; "))
 	}
 	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, stop: make(chan struct{}), quit: make(chan struct{}), retries: make([]retryQueue, len(clients))}
 	for _, c := range clients {
