@@ -5,8 +5,8 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
