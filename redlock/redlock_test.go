@@ -62,7 +62,7 @@ func TestConformance(t *testing.T) {
 		foreignHook(t, g), reclaimHook(t, g))
 }
 
-func TestOpenURL(t *testing.T) {
+func TestURL(t *testing.T) {
 	g := testserver.RedisN(t, 3)
 	c, err := dlock.Open(context.Background(), masterURL(g, "key_prefix=x&node_timeout=50ms"))
 	if err != nil {
