@@ -17,8 +17,9 @@ import (
 )
 
 // Backend is a [dlock.Backend] on a Redis server, a Sentinel-managed
-// master or a Redis Cluster. Create it with [New] on a go-redis client, or
-// open it by URL with dlock.Open. It is safe for concurrent use.
+// master or a Redis Cluster. Create it with [New] on a go-redis client,
+// with [Open] on an address, or by URL with dlock.Open. It is safe for
+// concurrent use.
 type Backend struct {
 	rdb     goredis.UniversalClient
 	cluster *goredis.ClusterClient // set for a Cluster

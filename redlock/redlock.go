@@ -15,8 +15,8 @@ import (
 )
 
 // Backend is a [dlock.Backend] on N independent Redis masters. Create it
-// with [New] on one go-redis client per master, or open it by URL with
-// dlock.Open. It is safe for concurrent use.
+// with [New] on one go-redis client per master, with [Open] on their
+// addresses, or by URL with dlock.Open. It is safe for concurrent use.
 type Backend struct {
 	nodes  []*goredis.Client
 	addrs  []string
