@@ -47,16 +47,11 @@ func ExampleOpen() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := dlock.New(b, dlock.Fair())
+	c, err := dlock.New(b, dlock.Fair()) // c owns b: c.Close closes it and its client
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	lease, err := c.Mutex("reports").Lock(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer lease.Unlock(context.Background())
 }
 
 // Opening by URL: the package registers redis://, rediss://,
