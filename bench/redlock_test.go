@@ -49,7 +49,7 @@ func BenchmarkRedlock(b *testing.B) {
 		for _, a := range addrs {
 			o := &goredis.Options{Addr: a}
 			if redlockOpts {
-				// As redlock.OpenURL makes them.
+				// As redlock.Open makes them.
 				o.ContextTimeoutEnabled, o.MaxRetries = true, -1
 			}
 			c := goredis.NewClient(o)

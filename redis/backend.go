@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,12 +12,14 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/dur"
+	"github.com/dlock-dev/dlock/internal/errkind"
 	goredis "github.com/redis/go-redis/v9"
 )
 
 // Backend is a [dlock.Backend] on a Redis server, a Sentinel-managed
-// master or a Redis Cluster. Create it with [New] on a go-redis client, or
-// open it by URL with dlock.Open. It is safe for concurrent use.
+// master or a Redis Cluster. Create it with [New] on a go-redis client,
+// with [Open] on an address, or by URL with dlock.Open. It is safe for
+// concurrent use.
 type Backend struct {
 	rdb     goredis.UniversalClient
 	cluster *goredis.ClusterClient // set for a Cluster
@@ -33,6 +33,7 @@ type Backend struct {
 	wtArg   any                    // the waiter timeout in ms, as a script argument
 	ttlArg  atomic.Pointer[ttlArg] // the last TTL acquired with, as a script argument
 
+	peers     *peers         // this process's Backends on the same server
 	bg        sync.WaitGroup // clean-up running on its own
 	checkMu   sync.Mutex
 	checked   atomic.Pointer[checkResult]
@@ -57,14 +58,22 @@ var (
 //
 // New does no I/O; the first operation checks that the server is Redis
 // [MinServerVersion] or later.
+//
+// The options that make a client ([Credentials], [DB], [Sentinel],
+// [SentinelCredentials], [Cluster], [TLS], [ConnectTimeout]) are Open's
+// only; New rejects them.
 func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
 	if rdb == nil {
-		return nil, fmt.Errorf("%w: redis.New: nil client", dlock.ErrInvalidOption)
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "redis.New: nil client")
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o.apply(&cfg)
+	cfg := newConfig(opts)
+	if len(cfg.dial.set) > 0 {
+		cfg.errs = append(cfg.errs, strings.Join(cfg.dial.set, ", ")+" apply to Open only, which makes the client")
 	}
+	return newBackend(rdb, cfg)
+}
+
+func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 	b := &Backend{rdb: rdb, cfg: cfg}
 	switch c := rdb.(type) {
 	case *goredis.Client:
@@ -92,7 +101,7 @@ func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
 		b.desc = cfg.desc
 	}
 	if len(cfg.errs) > 0 {
-		return nil, fmt.Errorf("%w: %s", dlock.ErrInvalidOption, strings.Join(cfg.errs, "; "))
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "redis: %s", strings.Join(cfg.errs, "; "))
 	}
 	b.mux = newMux(b)
 	b.batch = newBatcher(b)
@@ -104,6 +113,7 @@ func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
 		b.keys.fence = fenceName
 	}
 	b.wtArg = millis(cfg.waiterTimeout)
+	b.peers = joinPeers(b.desc)
 	return b, nil
 }
 
@@ -122,6 +132,7 @@ func (b *Backend) Close() error {
 		b.bg.Wait()
 		b.batch.close()
 		b.mux.close()
+		leavePeers(b.peers)
 		if b.owned {
 			err = b.rdb.Close()
 		}
@@ -183,7 +194,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if err := b.ready(ctx); err != nil {
 		return dlock.Grant{}, nil, err
 	}
-	w := &waiter{b: b, k: b.keys.get(req.Name), req: req, rid: newID(), mode: modeTry, hint: -1}
+	w := &waiter{b: b, k: b.keys.get(req.Name), req: req, rid: b.peers.newID(), mode: modeTry, hint: -1}
 	if req.Wait {
 		w.mode = modeWait
 		if req.Fair {
@@ -191,7 +202,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			// Registered before its first attempt, which may queue it:
 			// a release in this process wakes it directly from then on.
 			w.wake = make(chan struct{}, 1)
-			fairWaiters.add(w)
+			b.peers.fair.add(w)
 		}
 		// If this process already listens on the lock's channel, the
 		// waiter joins before its first attempt, so that no release after
@@ -202,14 +213,14 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if err == nil {
 		if req.Wait {
 			b.mux.detach(w, true)
-			fairWaiters.remove(w)
+			b.peers.fair.remove(w)
 		}
 		return g, nil, nil
 	}
 	if !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) {
 		if req.Wait {
 			b.mux.detach(w, false)
-			fairWaiters.remove(w)
+			b.peers.fair.remove(w)
 		}
 		if w.uncertain {
 			// The attempt may have been granted without our learning it:
@@ -315,21 +326,21 @@ func (b *Backend) giveBack(ctx context.Context, k *keys, owner string, tok uint6
 }
 
 // release runs the release script. When the lock frees with a fair waiter
-// of this process at the head of its queue, the script does not publish and
+// of this process (of a Backend on the same server) at the head of its queue, the script does not publish and
 // release wakes the waiter; when the outcome is unknown, it wakes this
 // process's fair waiters of the lock, which then try again.
 //
 // With WaitReplicas, replicas says whether to send WAIT along (as a
 // release by the lease holder does; the acknowledgement is not awaited).
 func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64, replicas bool) (any, error) {
-	args := []any{owner, strconv.FormatUint(tok, 10), procTagArg}
+	args := []any{owner, strconv.FormatUint(tok, 10), b.peers.tagArg}
 	// The first fair waiter of this process on the lock is offered the
 	// lock, in case it heads the queue. Not with WaitReplicas: a grant must
 	// be acknowledged by the replicas before it counts, and the waiter
 	// could not tell.
 	var cand *waiter
 	if b.cfg.replicas == 0 {
-		if cand = fairWaiters.first(k.lock); cand != nil {
+		if cand = b.peers.fair.first(k.lock); cand != nil {
 			args = append(args, cand.rid, cand.req.Owner, b.ttlMillis(cand.req.TTL))
 		}
 	}
@@ -343,7 +354,7 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 	}
 	if err != nil {
 		if uncertain(err) {
-			fairWaiters.wakeLock(k.lock)
+			b.peers.fair.wakeLock(k.lock)
 		}
 		return nil, err
 	}
@@ -352,12 +363,12 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 		head := toStr(r[2])
 		if t := toStr(r[3]); t != "" && cand != nil && head == cand.rid {
 			if n, perr := strconv.ParseUint(t, 10, 64); perr == nil {
-				fairWaiters.handOff(cand, &handoff{token: n, sent: sent})
+				b.peers.fair.handOff(cand, &handoff{token: n, sent: sent})
 				return v, nil
 			}
 		}
-		if strings.HasPrefix(head, procTag) {
-			fairWaiters.wake(head)
+		if strings.HasPrefix(head, b.peers.tag) {
+			b.peers.fair.wake(head)
 		}
 	}
 	return v, nil
@@ -428,132 +439,6 @@ func (b *Backend) keysOf(h dlock.Hold) *keys {
 	return b.keys.get(h.Name)
 }
 
-// batchSize bounds the holds renewed by one script call.
-const batchSize = 256
-
-// RenewBatch renews many holds: on a single server (or Sentinel master) in
-// one script call per 256 holds, on a Cluster or Ring in one script call per
-// slot, sent as one pipeline (one round trip per node).
-func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
-	errs := make([]error, len(rs))
-	// Group the renewals: all together on one server, by slot otherwise.
-	var groups [][]int
-	if b.cluster == nil && b.ring == nil {
-		all := make([]int, len(rs))
-		for i := range all {
-			all[i] = i
-		}
-		groups = append(groups, all)
-	} else {
-		bySlot := make(map[uint16][]int)
-		var order []uint16
-		for i, r := range rs {
-			s := b.keysOf(r.Hold).slot
-			if _, ok := bySlot[s]; !ok {
-				order = append(order, s)
-			}
-			bySlot[s] = append(bySlot[s], i)
-		}
-		for _, s := range order {
-			groups = append(groups, bySlot[s])
-		}
-	}
-	type call struct {
-		idx  []int
-		keys []any
-		args []any
-		cmd  *goredis.Cmd
-	}
-	var calls []*call
-	for _, g := range groups {
-		for len(g) > 0 {
-			n := min(len(g), batchSize)
-			c := &call{idx: g[:n]}
-			for _, i := range c.idx {
-				r := rs[i]
-				c.keys = append(c.keys, b.keysOf(r.Hold).lock)
-				c.args = append(c.args, r.Hold.Owner, strconv.FormatUint(r.Hold.Token, 10), millis(r.TTL))
-			}
-			calls = append(calls, c)
-			g = g[n:]
-		}
-	}
-	results := make([]any, len(calls))
-	callErrs := make([]error, len(calls))
-	acks := make([]int, len(calls))
-	if b.cfg.replicas > 0 || len(calls) == 1 {
-		for j, c := range calls {
-			results[j], acks[j], callErrs[j] = b.run(ctx, renewBatchScript, c.keys, c.args...)
-		}
-	} else {
-		b.pipelineScripts(ctx, renewBatchScript, len(calls), func(j int) ([]any, []any) { return calls[j].keys, calls[j].args }, results, callErrs)
-	}
-	for j, c := range calls {
-		if callErrs[j] != nil {
-			err := b.fail(b.keysOf(rs[c.idx[0]].Hold), callErrs[j])
-			for _, i := range c.idx {
-				errs[i] = err
-			}
-			continue
-		}
-		codes, _ := results[j].([]any)
-		for n, i := range c.idx {
-			code := int64(-2)
-			if n < len(codes) {
-				code = toInt(codes[n])
-			}
-			switch code {
-			case 1:
-				if b.cfg.replicas > 0 && acks[j] < b.cfg.replicas {
-					errs[i] = fmt.Errorf("%w: the renewal reached %d of %d replicas within %v",
-						dlock.ErrBackendUnavailable, acks[j], b.cfg.replicas, b.cfg.replicaTimeout)
-				}
-			case 0:
-				errs[i] = fmt.Errorf("%w: token %d is no longer the holder's", dlock.ErrLeaseLost, rs[i].Hold.Token)
-			case -1:
-				errs[i] = fmt.Errorf("%w: key %q is not a hash", ErrForeignData, b.keysOf(rs[i].Hold).lock)
-			default:
-				errs[i] = fmt.Errorf("redis: unexpected reply %v from the batch renew script", results[j])
-			}
-		}
-	}
-	return errs
-}
-
-// pipelineScripts runs n calls of s in one pipeline (EVALSHA, then EVAL
-// for those the server did not have).
-func (b *Backend) pipelineScripts(ctx context.Context, s *script, n int, call func(int) ([]any, []any), results []any, errs []error) {
-	cmds := make([]*goredis.Cmd, n)
-	p := b.rdb.Pipeline()
-	for j := range n {
-		keys, args := call(j)
-		cmds[j] = goredis.NewCmd(ctx, evalArgs(true, s, keys, args)...)
-		p.Process(ctx, cmds[j])
-	}
-	p.Exec(ctx)
-	var retry []int
-	for j, c := range cmds {
-		if isNoScript(c.Err()) {
-			retry = append(retry, j)
-			continue
-		}
-		results[j], errs[j] = c.Result()
-	}
-	if len(retry) == 0 {
-		return
-	}
-	p = b.rdb.Pipeline()
-	for _, j := range retry {
-		keys, args := call(j)
-		cmds[j] = goredis.NewCmd(ctx, evalArgs(false, s, keys, args)...)
-		p.Process(ctx, cmds[j])
-	}
-	p.Exec(ctx)
-	for _, j := range retry {
-		results[j], errs[j] = cmds[j].Result()
-	}
-}
-
 // run runs s on keys and args. With WaitReplicas it sends WAIT in the same
 // pipeline (one connection, one round trip) and returns the number of
 // replicas that acknowledged.
@@ -621,160 +506,6 @@ func (b *Backend) foreign(k *keys, cause error) error {
 		}
 	}
 	return fmt.Errorf("%w: a key of %q holds another type; nothing was changed: %w", ErrForeignData, k.lock, cause)
-}
-
-// Inspect lists the locks held whose names start with prefix, with a SCAN
-// over the backend's key pattern (on every master of a Cluster, every shard
-// of a Ring). Waiters is -1 (unknown): the lock's queue has the fair
-// waiters only (Queued counts them), and non-fair ones are known only to their processes, so a
-// count would leave them out.
-func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	pattern := b.cfg.prefix + ":{" + encodeName(prefix) + "*}"
-	var mu sync.Mutex
-	var out []dlock.LockInfo
-	scan := func(ctx context.Context, c *goredis.Client) error {
-		infos, err := b.scanNode(ctx, c, pattern, prefix)
-		mu.Lock()
-		out = append(out, infos...)
-		mu.Unlock()
-		return err
-	}
-	var err error
-	switch {
-	case b.cluster != nil:
-		err = b.cluster.ForEachMaster(ctx, scan)
-	case b.ring != nil:
-		err = b.ring.ForEachShard(ctx, scan)
-	default:
-		c, ok := b.rdb.(*goredis.Client)
-		if !ok {
-			return nil, fmt.Errorf("redis: Inspect needs a *redis.Client, *redis.ClusterClient or *redis.Ring, not %T", b.rdb)
-		}
-		err = scan(ctx, c)
-	}
-	if err != nil {
-		return nil, classify(err)
-	}
-	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
-}
-
-func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, prefix string) ([]dlock.LockInfo, error) {
-	var keys []string
-	var cursor uint64
-	for {
-		// Every type: a key of another type at a lock's key is listed
-		// as foreign data.
-		ks, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
-		if err != nil {
-			return nil, err
-		}
-		keys = append(keys, ks...)
-		if cursor = next; cursor == 0 {
-			break
-		}
-	}
-	var out []dlock.LockInfo
-	head := b.cfg.prefix + ":{"
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		chunk := keys[:n]
-		keys = keys[n:]
-		p := c.Pipeline()
-		now := p.Time(ctx)
-		hm := make([]*goredis.SliceCmd, n)
-		ql := make([]*goredis.IntCmd, n)
-		for i, key := range chunk {
-			hm[i] = p.HMGet(ctx, key, "o", "n", "f", "x", "w", "s")
-			ql[i] = p.LLen(ctx, key+":queue")
-		}
-		// Single commands may fail (a key that changed type); the others
-		// are still good.
-		if _, err := p.Exec(ctx); err != nil && !isRedisReply(err) {
-			return nil, err
-		}
-		if now.Err() != nil {
-			return nil, now.Err()
-		}
-		nowMs := now.Val().UnixMilli()
-		for i, key := range chunk {
-			enc := strings.TrimSuffix(strings.TrimPrefix(key, head), "}")
-			name, err := decodeName(enc)
-			if err != nil || !strings.HasPrefix(name, prefix) {
-				continue
-			}
-			vals, err := hm[i].Result()
-			var bad string
-			switch {
-			case err != nil && strings.Contains(err.Error(), "WRONGTYPE"):
-				bad = fmt.Sprintf("key %q holds another type than a hash", key)
-			case err != nil || len(vals) < 6:
-				continue
-			default:
-				bad = hashFault(vals)
-			}
-			if bad == "" && toStr(vals[0]) == "" {
-				continue // free
-			}
-			var left int64
-			if bad == "" {
-				if left = toInt(vals[3]) - nowMs; left <= 0 {
-					continue // expired
-				}
-			}
-			in := dlock.LockInfo{Name: name, Bad: bad, Waiters: -1, Queued: int(ql[i].Val())}
-			if len(vals) >= 4 {
-				in.Owner = toStr(vals[0])
-				in.Token, _ = strconv.ParseUint(toStr(vals[2]), 10, 64)
-				in.Count, _ = strconv.Atoi(toStr(vals[1]))
-				in.TTL = time.Duration(max(left, 0)) * time.Millisecond
-			}
-			out = append(out, in)
-		}
-	}
-	return out, nil
-}
-
-// hashFault says what makes a lock hash foreign data as the acquire
-// script judges it, or "" if nothing does. vals are its fields o, n, f,
-// x, w and s (nil when absent).
-func hashFault(vals []any) string {
-	num := func(v any) (float64, bool) {
-		f, err := strconv.ParseFloat(strings.TrimSpace(toStr(v)), 64)
-		return f, err == nil
-	}
-	o, n, f, x, w, s := vals[0], vals[1], vals[2], vals[3], vals[4], vals[5]
-	tok, ok := num(f)
-	switch {
-	case f == nil:
-		return "token f is missing"
-	case !ok:
-		return "token f is not a number"
-	case tok < 0 || tok != math.Trunc(tok):
-		return "token f is not a non-negative integer"
-	case tok >= MaxToken:
-		return fmt.Sprintf("token f is at the top of the range (%d): no later token can be given", int64(MaxToken))
-	}
-	if o != nil {
-		if c, ok := num(n); !ok || c < 1 || c != math.Trunc(c) {
-			return "count n of a hold is not a positive integer"
-		}
-		if _, ok := num(x); !ok {
-			return "expiry x of a hold is not a number"
-		}
-	} else if n != nil {
-		return "count n without an owner o"
-	}
-	if _, ok := num(w); w != nil && !ok {
-		return "queue length w is not a number"
-	}
-	if _, ok := num(s); s != nil && !ok {
-		return "waiter hint s is not a number"
-	}
-	return ""
 }
 
 // millis converts d to whole milliseconds, rounding up so that the store

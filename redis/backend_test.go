@@ -517,6 +517,14 @@ func TestURLs(t *testing.T) {
 		"redis+cluster://127.0.0.1:1,,127.0.0.1:2",
 		"redis+nonsense://127.0.0.1:1",
 		"redis://%zz",
+		"redis://127.0.0.1:1?key_prefix=a&key_prefix=b",
+		"redis://127.0.0.1:1?dial_timeout=1s&dial_timeout=2s",
+		"redis://127.0.0.1:1?dial_timeout=soon",
+		"redis://127.0.0.1:1?sentinel_username=x",
+		"redis://127.0.0.1:1?addr=127.0.0.1:2",
+		"redis://127.0.0.1:1?connect_timeout=-1s",
+		"redis://127.0.0.1:1?a=1;b=2",
+		"redis+cluster://127.0.0.1:1?master_name=m",
 	} {
 		_, err := dlock.Open(ctx, url)
 		if !errors.Is(err, dlock.ErrInvalidOption) {
@@ -578,7 +586,7 @@ func TestClose(t *testing.T) {
 		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
 	}
 
-	ob, err := dredis.OpenURL(ctx, "redis://"+srv.Addr())
+	ob, err := dredis.Open(ctx, srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,5 +600,18 @@ func TestClose(t *testing.T) {
 	}
 	if _, err := dredis.New(rdb, dredis.KeyPrefix("a*b")); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("New with a bad prefix: %v, want ErrInvalidOption", err)
+	}
+	// The options that make a client are Open's.
+	if _, err := dredis.New(rdb, dredis.DB(1)); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New with DB: %v, want ErrInvalidOption", err)
+	}
+	for _, bad := range [][]dredis.Option{{dredis.DB(-1)}, {dredis.Cluster(), dredis.Sentinel("m")}, {dredis.Cluster(), dredis.DB(1)}, {}} {
+		addr := srv.Addr()
+		if len(bad) == 0 {
+			addr += "," + srv.Addr() // several addresses without Cluster or Sentinel
+		}
+		if _, err := dredis.Open(ctx, addr, bad...); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("Open(%s) with %d options: %v, want ErrInvalidOption", addr, len(bad), err)
+		}
 	}
 }

@@ -81,7 +81,7 @@ func TestClusterRenewBatch(t *testing.T) {
 		t.Skip("starts a 3-master Redis Cluster")
 	}
 	cl := testserver.RedisCluster(t, 3)
-	b, err := dredis.OpenURL(ctxFor(t, time.Minute), "redis+cluster://"+strings.Join(cl.Addrs(), ","))
+	b, err := dredis.Open(ctxFor(t, time.Minute), strings.Join(cl.Addrs(), ","), dredis.Cluster())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,9 @@
 // (github.com/redis/go-redis/v9).
 //
 // Create a backend on a client you already have with [New] (the backend
-// never closes it), or import the package for its URL schemes and use
-// dlock.Open (see [OpenURL] for the forms):
+// never closes it), with [Open] on an address (it dials a client of its
+// own), or import the package for its URL schemes and use dlock.Open (see
+// [ParseURL] for the forms):
 //
 //	redis://[USER:PASSWORD@]HOST:PORT[/DB]
 //	rediss://...                                       TLS

@@ -37,11 +37,28 @@ func ExampleNew() {
 	fmt.Println("holding with fencing token", lease.Token())
 }
 
+// Open dials a client of its own: here through three Sentinels, for the
+// master "mymaster", with fair waiters that drop out of the queue 2s after
+// their process died.
+func ExampleOpen() {
+	ctx := context.Background()
+	b, err := dredis.Open(ctx, "10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379",
+		dredis.Sentinel("mymaster"), dredis.WaiterTimeout(2*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := dlock.New(b, dlock.Fair()) // c owns b: c.Close closes it and its client
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+}
+
 // Opening by URL: the package registers redis://, rediss://,
 // redis+sentinel:// and redis+cluster:// (and the rediss+ forms) with
-// dlock.Open. Here three Sentinels, the master "mymaster", database 0, and
-// fair waiters that drop out of the queue 2s after their process died.
-func ExampleOpenURL() {
+// dlock.Open (see [dredis.ParseURL]). The same backend as in the example
+// of Open, with database 0.
+func Example_byURL() {
 	ctx := context.Background()
 	c, err := dlock.Open(ctx, "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/mymaster/0?waiter_timeout=2s",
 		dlock.Fair())

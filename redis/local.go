@@ -9,11 +9,9 @@ import (
 	"time"
 )
 
-// procTag starts every request id made by this process: 16 random hex
-// digits. The release script does not publish a queue head that carries
-// the releaser's tag; the releasing process wakes that waiter itself
-// (fairWaiters), without a round trip through the server's pub/sub.
-var procTag = func() string {
+// newTag returns 16 random hex digits, the start of every request id of
+// the Backends of one peer group.
+func newTag() string {
 	const hex = "0123456789abcdef"
 	var buf [16]byte
 	a := rand.Uint64()
@@ -21,27 +19,74 @@ var procTag = func() string {
 		buf[i] = hex[a>>(60-4*i)&15]
 	}
 	return string(buf[:])
-}()
+}
 
-// procTagArg is procTag as a script argument.
-var procTagArg any = procTag
+// peers are the Backends of this process on one server (the same
+// description), which hand locks to each other's fair waiters. The release
+// script does not publish a queue head that carries the releaser's tag;
+// the releasing Backend wakes that waiter itself, through the group's
+// waiters, without a round trip through the server's pub/sub. Backends on
+// other servers have groups, tags and ids of their own, so their waiters
+// never mix.
+type peers struct {
+	key    string // the description of the server
+	refs   int    // Backends in the group; guarded by peerGroupsMu
+	tag    string
+	tagArg any // tag as a script argument
+	lastID atomic.Uint64
+	fair   waiterSet
+}
 
-var lastID atomic.Uint64
+var (
+	peerGroupsMu sync.Mutex
+	peerGroups   = map[string]*peers{}
+)
+
+// joinPeers returns the group of the Backends on server key, made if
+// needed; leave it with leavePeers.
+func joinPeers(key string) *peers {
+	peerGroupsMu.Lock()
+	defer peerGroupsMu.Unlock()
+	p := peerGroups[key]
+	if p == nil {
+		p = &peers{key: key, tag: newTag(), fair: waiterSet{m: make(map[string]*waiter), byLock: make(map[string][]*waiter)}}
+		p.tagArg = p.tag
+		peerGroups[key] = p
+	}
+	p.refs++
+	return p
+}
+
+// leavePeers drops a Backend from p, and p once it has none.
+func leavePeers(p *peers) {
+	peerGroupsMu.Lock()
+	defer peerGroupsMu.Unlock()
+	if p.refs--; p.refs == 0 {
+		delete(peerGroups, p.key)
+	}
+}
 
 // newID returns a request id, unique among the processes that share a
-// server: the process's tag and a counter.
-func newID() string {
+// server: the group's tag and a counter.
+func (p *peers) newID() string {
 	var buf [32]byte
-	b := strconv.AppendUint(append(buf[:0], procTag...), lastID.Add(1), 16)
+	b := strconv.AppendUint(append(buf[:0], p.tag...), p.lastID.Add(1), 16)
 	return string(b) // one allocation
 }
 
-// fairWaiters are the waiting fair acquisitions of this process, of every
-// Backend, by request id and by lock in the order they registered. A fair
-// waiter is in it from before its first attempt (which may queue it) until
-// it is granted or withdrawn.
-var fairWaiters = waiterSet{m: make(map[string]*waiter), byLock: make(map[string][]*waiter)}
+// fairWaiters finds the waiting fair acquisitions of a waiter's peer group
+// (w.b.peers.fair), for the waiter's own calls.
+var fairWaiters waitersOf
 
+type waitersOf struct{}
+
+func (waitersOf) remove(w *waiter)               { w.b.peers.fair.remove(w) }
+func (waitersOf) takeHandoff(w *waiter) *handoff { return w.b.peers.fair.takeHandoff(w) }
+
+// waiterSet holds the waiting fair acquisitions of a peer group by request
+// id and by lock in the order they registered. A fair waiter is in it
+// from before its first attempt (which may queue it) until it is granted
+// or withdrawn.
 type waiterSet struct {
 	mu     sync.Mutex
 	m      map[string]*waiter

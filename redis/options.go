@@ -1,8 +1,12 @@
 package redis
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net/url"
 	"time"
+
+	"github.com/dlock-dev/dlock"
 )
 
 // Defaults of the options.
@@ -32,10 +36,23 @@ type config struct {
 	replicaTimeout time.Duration
 	desc           string
 	errs           []string
+	dial           dialConfig
 }
 
 func defaultConfig() config {
-	return config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout}
+	return config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout,
+		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
+}
+
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) config {
+	c := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
 }
 
 // KeyPrefix sets the prefix of the keys and channels the backend uses
@@ -105,4 +122,100 @@ func WaitReplicas(n int, timeout time.Duration) Option {
 // not contain secrets.
 func Description(s string) Option {
 	return optionFunc(func(c *config) { c.desc = s })
+}
+
+// dialConfig is how [Open] makes its client.
+type dialConfig struct {
+	set            []string // the names of the options given, for New's error
+	user, password string
+	db             int
+	sentinel       string // the master's name: addr lists Sentinels
+	sUser, sPass   string // the Sentinels' own credentials
+	cluster        bool
+	tls            bool
+	tlsConfig      *tls.Config
+	connectTimeout time.Duration
+	params         url.Values // go-redis's URL parameters, by name
+	noCtxTimeouts  bool       // context_timeout_enabled=false
+}
+
+// dialOption is an Option that only [Open] takes.
+func dialOption(name string, f func(*config)) Option {
+	return optionFunc(func(c *config) {
+		c.dial.set = append(c.dial.set, name)
+		f(c)
+	})
+}
+
+// Credentials sets the user name and password [Open] logs in to the data
+// nodes with (an empty user is the default user).
+func Credentials(user, password string) Option {
+	return dialOption("Credentials", func(c *config) { c.dial.user, c.dial.password = user, password })
+}
+
+// DB sets the database number [Open] selects (default 0); a Cluster has
+// only database 0.
+func DB(n int) Option {
+	return dialOption("DB", func(c *config) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("database number %d is negative", n))
+			return
+		}
+		c.dial.db = n
+	})
+}
+
+// Sentinel makes [Open] find the master named master through the
+// Sentinels that its addr lists (default port 26379).
+func Sentinel(master string) Option {
+	return dialOption("Sentinel", func(c *config) {
+		if master == "" {
+			c.errs = append(c.errs, "empty Sentinel master name")
+			return
+		}
+		c.dial.sentinel = master
+	})
+}
+
+// SentinelCredentials sets the Sentinels' own user name and password, for
+// [Sentinel]; the data nodes' are [Credentials].
+func SentinelCredentials(user, password string) Option {
+	return dialOption("SentinelCredentials", func(c *config) { c.dial.sUser, c.dial.sPass = user, password })
+}
+
+// Cluster makes [Open] connect to a Redis Cluster through the nodes its
+// addr lists.
+func Cluster() Option {
+	return dialOption("Cluster", func(c *config) { c.dial.cluster = true })
+}
+
+// TLS makes [Open] connect over TLS with cfg; a nil cfg verifies each
+// server's certificate against its host name, with TLS 1.2 or later.
+func TLS(cfg *tls.Config) Option {
+	return dialOption("TLS", func(c *config) { c.dial.tls, c.dial.tlsConfig = true, cfg })
+}
+
+// ConnectTimeout bounds how long [Open] waits for the server to answer
+// (default [dlock.DefaultConnectTimeout]; 0 leaves only the context of
+// Open, which bounds it too).
+func ConnectTimeout(d time.Duration) Option {
+	return dialOption("ConnectTimeout", func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
+			return
+		}
+		c.dial.connectTimeout = d
+	})
+}
+
+// contextTimeouts sets go-redis's ContextTimeoutEnabled of the client
+// [Open] makes (default true), for a URL's context_timeout_enabled.
+func contextTimeouts(on bool) Option {
+	return dialOption("context_timeout_enabled", func(c *config) { c.dial.noCtxTimeouts = !on })
+}
+
+// clientParams passes go-redis's URL parameters (dial_timeout, pool_size,
+// ...) to the client [Open] makes; [ParseURL] checked them.
+func clientParams(v url.Values) Option {
+	return dialOption("go-redis parameters", func(c *config) { c.dial.params = v })
 }

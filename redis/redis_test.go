@@ -51,11 +51,11 @@ func TestClusterConformance(t *testing.T) {
 		t.Skip("starts a 3-master Redis Cluster")
 	}
 	cl := testserver.RedisCluster(t, 3)
-	url := "redis+cluster://" + strings.Join(cl.Addrs(), ",")
+	addr := strings.Join(cl.Addrs(), ",")
 	dlocktest.Run(t, func(t testing.TB) dlock.Backend {
-		b, err := dredis.OpenURL(context.Background(), url)
+		b, err := dredis.Open(context.Background(), addr, dredis.Cluster())
 		if err != nil {
-			t.Fatalf("OpenURL(%s): %v", url, err)
+			t.Fatalf("Open(%s, Cluster()): %v", addr, err)
 		}
 		return b
 	}, foreignHook(func() goredis.UniversalClient {

@@ -24,8 +24,8 @@ func BenchmarkScriptCPU(b *testing.B) {
 	b.Cleanup(func() { c.Close() })
 	owner := "host/1234/0123456789abcdef0123456789abcdef"
 	acq, rel := scriptCPU(b, c, "dlock", acquireScript.src, releaseScript.src, 4,
-		func(i int) []any { return []any{owner, 30000, procTag + "-" + strconv.Itoa(i), modeWait, 10000} },
-		func(v any) []any { return []any{owner, toStr(v), procTag} })
+		func(i int) []any { return []any{owner, 30000, "0123456789abcdef-" + strconv.Itoa(i), modeWait, 10000} },
+		func(v any) []any { return []any{owner, toStr(v), "0123456789abcdef"} })
 	value := "0123456789abcdef0123456789abcdef"
 	pacq, prel := scriptCPU(b, c, "redislock", RedislockObtain, RedislockRelease, 1,
 		func(int) []any { return []any{value, 22, 30000} },

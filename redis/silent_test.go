@@ -21,7 +21,7 @@ func TestSilentLink(t *testing.T) {
 		Open: func(t *testing.T, addr string) dlock.Backend {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			b, err := redis.OpenURL(ctx, "redis://"+addr+"/0")
+			b, err := redis.Open(ctx, addr, redis.DB(0))
 			if err != nil {
 				t.Fatal(err)
 			}

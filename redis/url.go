@@ -2,9 +2,9 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -12,7 +12,9 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/errkind"
 	"github.com/dlock-dev/dlock/internal/redisconn"
+	"github.com/dlock-dev/dlock/internal/urlq"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -22,14 +24,17 @@ var schemes = []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "
 func init() {
 	for _, s := range schemes {
 		dlock.Register(s, func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-			return openURL(ctx, u, nil)
+			addr, opts, err := ParseURL(u)
+			if err != nil {
+				return nil, err
+			}
+			return Open(ctx, addr, opts...)
 		})
 	}
 }
 
-// OpenURL opens a backend on a go-redis client made from rawURL, which the
-// backend owns (Close closes it), and checks that the server answers and is
-// recent enough; ctx bounds that check. The forms are:
+// ParseURL returns the address and options of a Redis URL, for [Open].
+// The forms are:
 //
 //	redis://[USER:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]
 //	rediss://...                                            (TLS)
@@ -48,212 +53,302 @@ func init() {
 //	waiter_timeout=5s              WaiterTimeout
 //	wait_replicas=1                WaitReplicas, with
 //	wait_replicas_timeout=500ms    its timeout (default 1s)
-//	connect_timeout=10s            how long OpenURL waits for the server (see dlock.DefaultConnectTimeout)
+//	connect_timeout=10s            ConnectTimeout
 //
-// Unless the URL sets context_timeout_enabled, the client is made with
-// ContextTimeoutEnabled, so that context deadlines bound its reads and
-// writes. The options in opts come after those of the URL. [dlock.Open] calls it for
-// the schemes above.
-func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, which may carry a password
-		}
-		return nil, fmt.Errorf("%w: malformed URL: %w", dlock.ErrInvalidOption, err)
-	}
-	return openURL(ctx, u, opts)
-}
-
-func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) {
-	bad := func(format string, args ...any) (*Backend, error) {
-		return nil, fmt.Errorf("%w: %s", dlock.ErrInvalidOption, fmt.Sprintf(format, args...))
-	}
+// A parameter given twice, or that neither dlock nor go-redis knows, is an
+// error matching [dlock.ErrInvalidOption].
+func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
+	q := urlq.Parse("redis", u)
 	base, kind, _ := strings.Cut(u.Scheme, "+")
 	if base != "redis" && base != "rediss" || kind != "" && kind != "sentinel" && kind != "cluster" {
-		return bad("URL scheme %q is not one of %s", u.Scheme, strings.Join(schemes, ", "))
+		return "", nil, q.Errorf("scheme %q is not one of %s", u.Scheme, strings.Join(schemes, ", "))
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return bad("URL %q has no host (want %s://HOST:PORT...)", u.Redacted(), u.Scheme)
+		return "", nil, q.Errorf("no host (want %s://HOST:PORT...)", u.Scheme)
 	}
-	q := u.Query()
-	opts, err := takeOptions(q)
+	if u.User != nil {
+		pass, _ := u.User.Password()
+		opts = append(opts, Credentials(u.User.Username(), pass))
+	}
+	if base == "rediss" {
+		opts = append(opts, TLS(nil))
+	}
+	where, err := pathOptions(kind, u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", dlock.ErrInvalidOption, err)
+		return "", nil, q.Errorf("%v", err)
 	}
-	timeout, err := connect.Take(q, dlock.DefaultConnectTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", dlock.ErrInvalidOption, err)
-	}
-	opts = append(opts, extra...)
-	defPort := "6379"
+	opts = append(opts, where...)
 	if kind == "sentinel" {
-		defPort = "26379"
-	}
-	var hosts []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			return bad("URL %q has an empty address", u.Redacted())
+		user, hasUser := q.String("sentinel_username")
+		pass, hasPass := q.String("sentinel_password")
+		if hasUser || hasPass {
+			opts = append(opts, SentinelCredentials(user, pass))
 		}
-		host, port, err := net.SplitHostPort(h)
+	}
+	qopts, err := queryOptions(q)
+	if err != nil {
+		return "", nil, err
+	}
+	opts = append(opts, qopts...)
+	params, err := q.Done(func(k string) bool { return k != "addr" && k != "master_name" })
+	if err != nil {
+		return "", nil, err
+	}
+	if err := checkParams(kind, params); err != nil {
+		return "", nil, q.Errorf("%s", strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	if len(params) > 0 {
+		opts = append(opts, clientParams(params))
+	}
+	c := newConfig(opts)
+	if len(c.errs) > 0 {
+		return "", nil, q.Errorf("%s", strings.Join(c.errs, "; "))
+	}
+	if _, err := redisconn.SplitAddrs(u.Host, c.dial.defaultPort()); err != nil {
+		return "", nil, q.Errorf("%v", err)
+	}
+	if kind == "" && strings.Contains(u.Host, ",") {
+		return "", nil, q.Errorf("%s:// takes one address; use %s+cluster:// or %s+sentinel:// for several", base, base, base)
+	}
+	return u.Host, opts, nil
+}
+
+// pathOptions returns the options the URL's path holds: the database
+// number, and the master's name for a Sentinel URL.
+func pathOptions(kind string, u *url.URL) ([]Option, error) {
+	parts := strings.FieldsFunc(u.Path, func(r rune) bool { return r == '/' })
+	var opts []Option
+	switch kind {
+	case "cluster":
+		if len(parts) > 0 {
+			return nil, fmt.Errorf("a cluster URL has no database path (got %q)", u.Path)
+		}
+		return []Option{Cluster()}, nil
+	case "sentinel":
+		if len(parts) < 1 || len(parts) > 2 {
+			return nil, fmt.Errorf("a sentinel URL needs the master's name as its path: %s://HOST:PORT/MASTER[/DB]", u.Scheme)
+		}
+		opts, parts = append(opts, Sentinel(parts[0])), parts[1:]
+	default:
+		if len(parts) > 1 {
+			return nil, fmt.Errorf("invalid database path %q", u.Path)
+		}
+	}
+	if len(parts) == 1 {
+		n, err := strconv.Atoi(parts[0])
 		if err != nil {
-			host, port = strings.Trim(h, "[]"), defPort
+			return nil, fmt.Errorf("invalid database number %q", parts[0])
 		}
-		if host == "" {
-			host = "localhost"
-		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return bad("address %q has a bad port", h)
-		}
-		hosts = append(hosts, net.JoinHostPort(host, port))
+		opts = append(opts, DB(n))
 	}
-	// rebuild makes the URL for go-redis's parsers: the first address as
-	// host, the others as addr parameters.
-	rebuild := func(user *url.Userinfo, path string, q url.Values) string {
-		for _, h := range hosts[1:] {
-			q.Add("addr", h)
-		}
-		v := url.URL{Scheme: base, User: user, Host: hosts[0], Path: path, RawQuery: q.Encode()}
-		return v.String()
+	return opts, nil
+}
+
+// queryOptions takes dlock's own parameters from q.
+func queryOptions(q *urlq.Query) ([]Option, error) {
+	var opts []Option
+	if v, ok := q.String("key_prefix"); ok {
+		opts = append(opts, KeyPrefix(v))
 	}
-	// Owned clients apply context deadlines to their reads and writes
-	// (go-redis's default is not to), unless the URL says otherwise.
-	ctxTimeouts := true
-	if v, ok := q["context_timeout_enabled"]; ok {
-		q.Del("context_timeout_enabled")
-		b, err := strconv.ParseBool(v[len(v)-1])
-		if err != nil {
-			return bad("context_timeout_enabled=%q is not a boolean", v[len(v)-1])
+	if d, ok := q.Duration("waiter_timeout"); ok {
+		opts = append(opts, WaiterTimeout(d))
+	}
+	n, hasN := q.Int("wait_replicas")
+	t, hasT := q.Duration("wait_replicas_timeout")
+	switch {
+	case hasN && hasT:
+		opts = append(opts, WaitReplicas(n, t))
+	case hasN:
+		opts = append(opts, WaitReplicas(n, time.Second))
+	case hasT:
+		return nil, q.Errorf("wait_replicas_timeout without wait_replicas")
+	}
+	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
+		opts = append(opts, ConnectTimeout(d))
+	}
+	if on, ok := q.Bool("context_timeout_enabled"); ok {
+		opts = append(opts, contextTimeouts(on))
+	}
+	return opts, nil
+}
+
+// checkParams checks go-redis's parameters as its parser for kind does:
+// names it does not know and values it cannot read are errors.
+func checkParams(kind string, params url.Values) error {
+	for k, vs := range params {
+		if len(vs) > 1 {
+			return fmt.Errorf("parameter %s is given %d times", k, len(vs))
 		}
-		ctxTimeouts = b
+	}
+	u := url.URL{Scheme: "redis", Host: "localhost:6379", RawQuery: params.Encode()}
+	var err error
+	switch kind {
+	case "cluster":
+		_, err = goredis.ParseClusterURL(u.String())
+	case "sentinel":
+		u.RawQuery = withMaster(params, "m").Encode()
+		_, err = goredis.ParseFailoverURL(u.String())
+	default:
+		_, err = goredis.ParseURL(u.String())
+	}
+	return err
+}
+
+// withMaster returns a copy of params with master_name set.
+func withMaster(params url.Values, master string) url.Values {
+	q := url.Values{}
+	for k, vs := range params {
+		q[k] = vs
+	}
+	q.Set("master_name", master)
+	return q
+}
+
+func (d *dialConfig) defaultPort() string {
+	if d.sentinel != "" {
+		return "26379"
+	}
+	return "6379"
+}
+
+// Open opens a backend on a go-redis client it makes and owns (Close
+// closes it), and checks that the server answers and is recent enough
+// within [ConnectTimeout] and ctx. addr is HOST:PORT, or with [Sentinel]
+// or [Cluster] a comma list of them. The client is made with
+// ContextTimeoutEnabled (unless the go-redis parameter
+// context_timeout_enabled of a URL says otherwise), so that context
+// deadlines bound its reads and writes. [dlock.Open] calls it with
+// [ParseURL] for the schemes above.
+func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
+	cfg := newConfig(opts)
+	hosts, err := redisconn.SplitAddrs(addr, cfg.dial.defaultPort())
+	if err != nil {
+		cfg.errs = append(cfg.errs, err.Error())
 	}
 	var rdb goredis.UniversalClient
-	var desc string
 	server := redisconn.Server
-	server.Backend = "redis"
-	switch kind {
-	case "":
-		if len(hosts) > 1 {
-			return bad("%s:// takes one address; use %s+cluster:// or %s+sentinel:// for several", base, base, base)
-		}
-		o, err := goredis.ParseURL(rebuild(u.User, u.Path, q))
+	if len(cfg.errs) == 0 {
+		rdb, server.Backend, err = cfg.dial.client(hosts)
 		if err != nil {
-			return bad("%v", err)
+			cfg.errs = append(cfg.errs, err.Error())
 		}
-		o.ContextTimeoutEnabled = ctxTimeouts
-		rdb = goredis.NewClient(o)
-		desc = "redis " + o.Addr
-		if o.DB != 0 {
-			desc += "/" + strconv.Itoa(o.DB)
-		}
-	case "cluster":
-		if u.Path != "" && u.Path != "/" {
-			return bad("a cluster URL has no database path (got %q)", u.Path)
-		}
-		o, err := goredis.ParseClusterURL(rebuild(u.User, "", q))
-		if err != nil {
-			return bad("%v", err)
-		}
-		o.ContextTimeoutEnabled = ctxTimeouts
-		rdb = goredis.NewClusterClient(o)
-		desc = "redis cluster " + strings.Join(hosts, ",")
-		server.Backend = "redis cluster"
-	case "sentinel":
-		parts := strings.FieldsFunc(u.Path, func(r rune) bool { return r == '/' })
-		if len(parts) < 1 || len(parts) > 2 {
-			return bad("a sentinel URL needs the master's name as its path: %s://HOST:PORT/MASTER[/DB]", u.Scheme)
-		}
-		master := parts[0]
-		if len(parts) == 2 {
-			if _, err := strconv.Atoi(parts[1]); err != nil {
-				return bad("invalid database number %q", parts[1])
-			}
-			q.Set("db", parts[1])
-		}
-		q.Set("master_name", master)
-		sUser, sPass := q.Get("sentinel_username"), q.Get("sentinel_password")
-		q.Del("sentinel_username")
-		q.Del("sentinel_password")
-		var su *url.Userinfo
-		if sUser != "" || sPass != "" {
-			su = url.UserPassword(sUser, sPass)
-		}
-		o, err := goredis.ParseFailoverURL(rebuild(su, "", q))
-		if err != nil {
-			return bad("%v", err)
-		}
-		if u.User != nil {
-			o.Username = u.User.Username()
-			o.Password, _ = u.User.Password()
-		}
-		o.ContextTimeoutEnabled = ctxTimeouts
-		rdb = goredis.NewFailoverClient(o)
-		desc = "redis sentinel " + master + " via " + strings.Join(hosts, ",")
-		server.Backend = "redis sentinel " + master + " via"
 	}
-	b, err := New(rdb, append([]Option{Description(desc)}, opts...)...)
+	if len(cfg.errs) > 0 {
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "redis: %s", strings.Join(cfg.errs, "; "))
+	}
+	desc := server.Backend + " " + strings.Join(hosts, ",")
+	if cfg.dial.db != 0 {
+		desc += "/" + strconv.Itoa(cfg.dial.db)
+	}
+	if cfg.desc == "" {
+		cfg.desc = desc
+	}
+	b, err := newBackend(rdb, cfg)
 	if err != nil {
 		rdb.Close()
 		return nil, err
 	}
 	b.owned = true
-	probe := new(connect.Probe)
-	rdb.AddHook(redisconn.Probe(probe))
-	ctx, cancel := connect.Bound(ctx, timeout)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	if err := b.connect(ctx, hosts, server); err != nil {
 		b.Close()
-		if errors.Is(classify(err), ErrServerTooOld) {
-			return nil, fmt.Errorf("%s: %w", desc, classify(err))
-		}
-		return nil, server.Explain(ctx, strings.Join(hosts, ","), probe, err)
-	}
-	probe.Done()
-	if err := b.ready(ctx); err != nil {
-		b.Close()
-		return nil, fmt.Errorf("%s: %w", desc, err)
+		return nil, err
 	}
 	return b, nil
 }
 
-// takeOptions removes dlock's options from q and returns them.
-func takeOptions(q url.Values) ([]Option, error) {
-	var opts []Option
-	take := func(name string) (string, bool) {
-		v, ok := q[name]
-		if !ok {
-			return "", false
+// connect checks, within the connect timeout, that the server answers and
+// is recent enough, and says why not.
+func (b *Backend) connect(ctx context.Context, hosts []string, server connect.Server) error {
+	probe := new(connect.Probe)
+	b.rdb.AddHook(redisconn.Probe(probe))
+	ctx, cancel := connect.Bound(ctx, b.cfg.dial.connectTimeout)
+	defer cancel()
+	if err := b.rdb.Ping(ctx).Err(); err != nil {
+		if errors.Is(classify(err), ErrServerTooOld) {
+			return fmt.Errorf("%s: %w", b.desc, classify(err))
 		}
-		q.Del(name)
-		return v[len(v)-1], true
+		return server.Explain(ctx, strings.Join(hosts, ","), probe, err)
 	}
-	if v, ok := take("key_prefix"); ok {
-		opts = append(opts, KeyPrefix(v))
+	probe.Done()
+	if err := b.ready(ctx); err != nil {
+		return fmt.Errorf("%s: %w", b.desc, err)
 	}
-	if v, ok := take("waiter_timeout"); ok {
-		d, err := time.ParseDuration(v)
+	return nil
+}
+
+// client makes the go-redis client of hosts, through go-redis's URL
+// parsers so that its URL parameters mean what they mean there. It returns
+// the client and what kind of server it reaches, for messages. Owned
+// clients apply context deadlines to their reads and writes (go-redis's
+// default is not to), unless the URL says otherwise.
+func (d *dialConfig) client(hosts []string) (goredis.UniversalClient, string, error) {
+	q := url.Values{}
+	for k, vs := range d.params {
+		q[k] = vs
+	}
+	for _, h := range hosts[1:] {
+		q.Add("addr", h)
+	}
+	u := url.URL{Scheme: "redis", Host: hosts[0]}
+	if d.tls {
+		u.Scheme = "rediss"
+	}
+	var data *url.Userinfo
+	if d.user != "" || d.password != "" {
+		data = url.UserPassword(d.user, d.password)
+	}
+	switch {
+	case d.cluster && d.sentinel != "":
+		return nil, "", errors.New("Cluster and Sentinel exclude each other")
+	case d.cluster:
+		if d.db != 0 {
+			return nil, "", fmt.Errorf("a Cluster has no database %d", d.db)
+		}
+		u.User, u.RawQuery = data, q.Encode()
+		o, err := goredis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("waiter_timeout: %w", err)
+			return nil, "", err
 		}
-		opts = append(opts, WaiterTimeout(d))
-	}
-	n, hasN := take("wait_replicas")
-	t, hasT := take("wait_replicas_timeout")
-	if hasN {
-		replicas, err := strconv.Atoi(n)
+		d.setTLS(&o.TLSConfig)
+		o.ContextTimeoutEnabled = !d.noCtxTimeouts
+		return goredis.NewClusterClient(o), "redis cluster", nil
+	case d.sentinel != "":
+		q.Set("master_name", d.sentinel)
+		if d.db != 0 {
+			q.Set("db", strconv.Itoa(d.db))
+		}
+		if d.sUser != "" || d.sPass != "" {
+			u.User = url.UserPassword(d.sUser, d.sPass)
+		}
+		u.RawQuery = q.Encode()
+		o, err := goredis.ParseFailoverURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("wait_replicas: %w", err)
+			return nil, "", err
 		}
-		timeout := time.Second
-		if hasT {
-			if timeout, err = time.ParseDuration(t); err != nil {
-				return nil, fmt.Errorf("wait_replicas_timeout: %w", err)
-			}
+		o.Username, o.Password = d.user, d.password
+		d.setTLS(&o.TLSConfig)
+		o.ContextTimeoutEnabled = !d.noCtxTimeouts
+		return goredis.NewFailoverClient(o), "redis sentinel " + d.sentinel + " via", nil
+	default:
+		if len(hosts) > 1 {
+			return nil, "", errors.New("several addresses need Cluster or Sentinel")
 		}
-		opts = append(opts, WaitReplicas(replicas, timeout))
-	} else if hasT {
-		return nil, errors.New("wait_replicas_timeout without wait_replicas")
+		q.Del("addr")
+		u.User, u.Path, u.RawQuery = data, "/"+strconv.Itoa(d.db), q.Encode()
+		o, err := goredis.ParseURL(u.String())
+		if err != nil {
+			return nil, "", err
+		}
+		d.setTLS(&o.TLSConfig)
+		o.ContextTimeoutEnabled = !d.noCtxTimeouts
+		return goredis.NewClient(o), "redis", nil
 	}
-	return opts, nil
+}
+
+// setTLS puts the TLS configuration given to [TLS] in place of go-redis's
+// default one (which checks the host name).
+func (d *dialConfig) setTLS(c **tls.Config) {
+	if d.tlsConfig != nil {
+		*c = d.tlsConfig
+	}
 }

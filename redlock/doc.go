@@ -1,7 +1,8 @@
 // Package redlock is a dlock backend on N independent Redis masters, the
 // Redlock algorithm done so that its assumptions are visible.
 //
-// Open it with [New] on one go-redis client per master, or by URL:
+// Make it with [New] on one go-redis client per master that the caller
+// owns, with [Open] on a comma list of masters, or by URL (see [ParseURL]):
 //
 //	c, err := dlock.Open(ctx, "redlock://h1:6379,h2:6379,h3:6379,h4:6379,h5:6379")
 //

@@ -1,10 +1,12 @@
 package redlock
 
+func init() { countForTests = true }
+
 // Woken returns how many times release notices woke a waiter of b.
-func Woken(b *Backend) int64 { return b.woken.Load() }
+func Woken(b *Backend) int64 { return b.woken.n.Load() }
 
 // Received returns how many release notices b received.
-func Received(b *Backend) int64 { return b.received.Load() }
+func Received(b *Backend) int64 { return b.received.n.Load() }
 
 // WaiterID returns the id of waiter w in the masters' queues.
 func WaiterID(w any) string { return w.(*waiter).qid }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,7 +131,7 @@ func TestReleaseBeforeLateGrant(t *testing.T) {
 // behind (TestMain checks with goleak).
 func TestCloseWithRetriesPending(t *testing.T) {
 	g := testserver.RedisN(t, 5)
-	b, err := redlock.OpenURL(context.Background(), masterURL(g, "node_timeout=250ms"))
+	b, err := redlock.Open(context.Background(), strings.Join(g.Addrs(), ","), redlock.NodeTimeout(250*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

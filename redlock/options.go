@@ -1,19 +1,86 @@
 package redlock
 
 import (
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dlock-dev/dlock"
 )
 
-// Option configures a Backend.
-type Option func(*config)
+// An Option configures a [Backend].
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	prefix      string
 	nodeTimeout time.Duration
 	drift       float64
 	errs        []string
+	dial        dialConfig
+}
+
+// dialConfig is how [Open] makes the clients of the masters.
+type dialConfig struct {
+	set            []string // the names of the options given, for New's error
+	user, password string
+	db             int
+	tls            bool
+	tlsConfig      *tls.Config
+	connectTimeout time.Duration
+}
+
+// dialOption is an Option that only [Open] takes.
+func dialOption(name string, f func(*dialConfig)) Option {
+	return optionFunc(func(c *config) {
+		c.dial.set = append(c.dial.set, name)
+		f(&c.dial)
+	})
+}
+
+// Credentials sets the user name and password [Open] logs in to every
+// master with (an empty user is the default user).
+func Credentials(user, password string) Option {
+	return dialOption("Credentials", func(d *dialConfig) { d.user, d.password = user, password })
+}
+
+// DB sets the database number [Open] selects on every master (default 0).
+func DB(n int) Option {
+	return optionFunc(func(c *config) {
+		c.dial.set = append(c.dial.set, "DB")
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("database number %d is negative", n))
+			return
+		}
+		c.dial.db = n
+	})
+}
+
+// TLS makes [Open] connect to the masters over TLS with cfg; a nil cfg
+// verifies each master's certificate against its host name, with TLS 1.2
+// or later.
+func TLS(cfg *tls.Config) Option {
+	return dialOption("TLS", func(d *dialConfig) { d.tls, d.tlsConfig = true, cfg })
+}
+
+// ConnectTimeout bounds how long [Open] waits for a quorum of masters to
+// answer (default [dlock.DefaultConnectTimeout]; 0 leaves only the
+// context of Open, which bounds it too).
+func ConnectTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.dial.set = append(c.dial.set, "ConnectTimeout")
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
+			return
+		}
+		c.dial.connectTimeout = d
+	})
 }
 
 // Defaults.
@@ -24,19 +91,31 @@ const (
 )
 
 func defaultConfig() config {
-	return config{prefix: DefaultKeyPrefix, nodeTimeout: DefaultNodeTimeout, drift: DefaultDriftFactor}
+	return config{prefix: DefaultKeyPrefix, nodeTimeout: DefaultNodeTimeout, drift: DefaultDriftFactor,
+		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
+}
+
+// newConfig applies opts to the defaults.
+func newConfig(opts []Option) config {
+	c := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
 }
 
 // KeyPrefix sets the prefix of the keys on the masters (default "dlock").
 // A lock NAME is the hash PREFIX:{NAME} on every master.
 func KeyPrefix(p string) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if p == "" || len(p) > 64 || strings.ContainsAny(p, "{}*?[]\\") {
 			c.errs = append(c.errs, fmt.Sprintf("key prefix %q must be 1-64 bytes without braces or glob characters", p))
 			return
 		}
 		c.prefix = p
-	}
+	})
 }
 
 // NodeTimeout bounds each call to one master (default 250ms). Keep it
@@ -48,26 +127,26 @@ func KeyPrefix(p string) Option {
 // is not waited for longer than it takes; only a dead or paused one costs
 // the whole timeout, and an acquisition returns at quorum without it.
 func NodeTimeout(d time.Duration) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if d <= 0 {
 			c.errs = append(c.errs, fmt.Sprintf("node timeout %v is not positive", d))
 			return
 		}
 		c.nodeTimeout = d
-	}
+	})
 }
 
 // DriftFactor sets the allowance for the masters' clocks running fast
 // relative to this process, as a fraction of the TTL (default 0.01); the
 // validity of a grant is TTL − elapsed − (TTL×factor + 2ms).
 func DriftFactor(f float64) Option {
-	return func(c *config) {
+	return optionFunc(func(c *config) {
 		if f < 0 || f >= 0.5 {
 			c.errs = append(c.errs, fmt.Sprintf("drift factor %v is not in [0, 0.5)", f))
 			return
 		}
 		c.drift = f
-	}
+	})
 }
 
 // encodeName escapes a lock name for use inside a hash tag: { } % and

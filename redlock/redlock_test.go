@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,12 +34,26 @@ func masterURL(g *testserver.RedisGroup, query string) string {
 // open returns a backend on the group, closed when the test ends.
 func open(t testing.TB, g *testserver.RedisGroup, query string, opts ...redlock.Option) *redlock.Backend {
 	t.Helper()
-	b, err := redlock.OpenURL(context.Background(), masterURL(g, query), opts...)
+	b, err := openURL(context.Background(), masterURL(g, query), opts...)
 	if err != nil {
-		t.Fatalf("OpenURL: %v", err)
+		t.Fatalf("open %s: %v", masterURL(g, query), err)
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// openURL opens the backend of a redlock URL as dlock.Open does, with opts
+// after the URL's.
+func openURL(ctx context.Context, rawURL string, opts ...redlock.Option) (*redlock.Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	addr, uopts, err := redlock.ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return redlock.Open(ctx, addr, append(uopts, opts...)...)
 }
 
 func TestConformance(t *testing.T) {
@@ -46,7 +62,7 @@ func TestConformance(t *testing.T) {
 		foreignHook(t, g), reclaimHook(t, g))
 }
 
-func TestOpenURL(t *testing.T) {
+func TestURL(t *testing.T) {
 	g := testserver.RedisN(t, 3)
 	c, err := dlock.Open(context.Background(), masterURL(g, "key_prefix=x&node_timeout=50ms"))
 	if err != nil {
@@ -60,10 +76,41 @@ func TestOpenURL(t *testing.T) {
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
-	for _, bad := range []string{"redlock://", "redlock://h:1?nope=1", "redlock://h:x", "redlock://h:1?node_timeout=-1s", "redlock://h:1/path"} {
+	for _, bad := range []string{"redlock://", "redlock://h:1?nope=1", "redlock://h:x", "redlock://h:1?node_timeout=-1s", "redlock://h:1/path",
+		"redlock://h:1?db=1&db=2", "redlock://h:1?db=-1", "redlock://h:1?connect_timeout=x", "redlock://h:1,,h:2"} {
 		if _, err := dlock.Open(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "invalid option") {
 			t.Errorf("Open(%q) = %v, want ErrInvalidOption", bad, err)
 		}
+	}
+}
+
+// TestOpenOptions: Open takes the masters as a comma list and the URL's
+// settings as options; New, on the caller's clients, rejects the options
+// that make clients.
+func TestOpenOptions(t *testing.T) {
+	g := testserver.RedisN(t, 3)
+	ctx := context.Background()
+	b, err := redlock.Open(ctx, strings.Join(g.Addrs(), ","), redlock.DB(2), redlock.KeyPrefix("o"), redlock.ConnectTimeout(time.Minute))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer b.Close()
+	g0, _, err := b.Acquire(ctx, dlock.Request{Name: "a", Owner: "me", TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer b.Release(ctx, dlock.Hold{Name: "a", Owner: "me", Token: g0.Token, Handle: g0.Handle})
+	for _, n := range g.Nodes() {
+		// The hold and the fence are in database 2.
+		if v, err := n.Do(ctx, "INFO", "keyspace"); err != nil || !strings.Contains(v.(string), "db2:keys=") {
+			t.Errorf("master %s: INFO keyspace = %q, %v; want keys in db2", n.Addr(), v, err)
+		}
+	}
+	if _, err := redlock.New(nil, redlock.DB(1)); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New with DB: %v, want ErrInvalidOption", err)
+	}
+	if _, err := redlock.Open(ctx, "h:1,,h:2"); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("Open of an empty address: %v, want ErrInvalidOption", err)
 	}
 }
 

@@ -2,151 +2,108 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/errkind"
 	"github.com/dlock-dev/dlock/internal/redisconn" // also: go-redis logs to slog
+	"github.com/dlock-dev/dlock/internal/urlq"
 	goredis "github.com/redis/go-redis/v9"
 )
 
 func init() {
 	for _, s := range []string{"redlock", "redlocks"} {
 		dlock.Register(s, func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-			return openURL(ctx, u, nil)
+			addr, opts, err := ParseURL(u)
+			if err != nil {
+				return nil, err
+			}
+			return Open(ctx, addr, opts...)
 		})
 	}
 }
 
-// OpenURL opens a backend on clients made from rawURL, which the backend
-// owns (Close closes them). The form is
+// ParseURL returns the masters and options of a redlock URL, for [Open].
+// The form is
 //
 //	redlock://[USER:PASSWORD@]HOST:PORT,HOST:PORT,...[?OPTIONS]
 //	redlocks://...   (TLS)
 //
 // listing every master (the default port is 6379). USER and PASSWORD apply
-// to all of them. OPTIONS:
+// to all of them ([Credentials]). OPTIONS:
 //
 //	key_prefix=dlock     KeyPrefix
 //	node_timeout=250ms   NodeTimeout (also the clients' dial timeout)
 //	drift_factor=0.01    DriftFactor
-//	db=0                 the database number on every master
-//	connect_timeout=10s  how long OpenURL waits for a quorum of masters to
-//	                     answer (see dlock.DefaultConnectTimeout)
+//	db=0                 DB, the database number on every master
+//	connect_timeout=10s  ConnectTimeout
 //
-// OpenURL pings every master and fails, with an error that matches
-// [dlock.ErrBackendUnavailable] and [dlock.ErrNoQuorum] and says why each
-// silent master failed, unless a quorum answers within connect_timeout
-// (and ctx). The options in opts come after those of the URL. dlock.Open calls it for
-// the redlock and redlocks schemes.
-func OpenURL(ctx context.Context, rawURL string, opts ...Option) (*Backend, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("%w: malformed URL: %w", dlock.ErrInvalidOption, err)
+// A parameter given twice or unknown is an error matching
+// [dlock.ErrInvalidOption].
+func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
+	q := urlq.Parse("redlock", u)
+	switch {
+	case u.Scheme != "redlock" && u.Scheme != "redlocks":
+		return "", nil, q.Errorf("scheme %q is not redlock or redlocks", u.Scheme)
+	case u.Opaque != "" || u.Host == "":
+		return "", nil, q.Errorf("no masters (want %s://HOST:PORT,HOST:PORT,...)", u.Scheme)
+	case u.Path != "" && u.Path != "/":
+		return "", nil, q.Errorf("a path; use ?db=N for a database number")
 	}
-	return openURL(ctx, u, opts)
+	if _, err := redisconn.SplitAddrs(u.Host, "6379"); err != nil {
+		return "", nil, q.Errorf("%v", err)
+	}
+	if u.User != nil {
+		pass, _ := u.User.Password()
+		opts = append(opts, Credentials(u.User.Username(), pass))
+	}
+	if u.Scheme == "redlocks" {
+		opts = append(opts, TLS(nil))
+	}
+	if v, ok := q.String("key_prefix"); ok {
+		opts = append(opts, KeyPrefix(v))
+	}
+	if d, ok := q.Duration("node_timeout"); ok {
+		opts = append(opts, NodeTimeout(d))
+	}
+	if f, ok := q.Float("drift_factor"); ok {
+		opts = append(opts, DriftFactor(f))
+	}
+	if n, ok := q.Int("db"); ok {
+		opts = append(opts, DB(n))
+	}
+	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
+		opts = append(opts, ConnectTimeout(d))
+	}
+	if _, err := q.Done(nil); err != nil {
+		return "", nil, err
+	}
+	if errs := newConfig(opts).errs; len(errs) > 0 {
+		return "", nil, q.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return u.Host, opts, nil
 }
 
-func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) {
-	bad := func(format string, args ...any) (*Backend, error) {
-		return nil, fmt.Errorf("%w: %s", dlock.ErrInvalidOption, fmt.Sprintf(format, args...))
-	}
-	if u.Scheme != "redlock" && u.Scheme != "redlocks" {
-		return bad("URL scheme %q is not redlock or redlocks", u.Scheme)
-	}
-	if u.Opaque != "" || u.Host == "" {
-		return bad("URL %q has no masters (want %s://HOST:PORT,HOST:PORT,...)", u.Redacted(), u.Scheme)
-	}
-	if u.Path != "" && u.Path != "/" {
-		return bad("URL %q has a path; use ?db=N for a database number", u.Redacted())
-	}
-	var opts []Option
-	nodeTimeout := DefaultNodeTimeout
-	db := 0
-	q := u.Query()
-	timeout, err := connect.Take(q, dlock.DefaultConnectTimeout)
+// Open opens a backend on addr, a comma list of the masters' HOST:PORT
+// (the default port is 6379), on clients it makes and owns (Close closes
+// them). It pings every master and fails, with an error that matches
+// [dlock.ErrBackendUnavailable] and [dlock.ErrNoQuorum] and says why each
+// silent master failed, unless a quorum answers within [ConnectTimeout]
+// and ctx. dlock.Open calls it with [ParseURL] for the redlock and
+// redlocks schemes.
+func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
+	cfg := newConfig(opts)
+	addrs, err := redisconn.SplitAddrs(addr, "6379")
 	if err != nil {
-		return bad("%v", err)
+		return nil, errkind.Errorf(dlock.ErrInvalidOption, "redlock: %v", err)
 	}
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "key_prefix":
-			opts = append(opts, KeyPrefix(v))
-		case "node_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return bad("node_timeout=%q: %v", v, err)
-			}
-			nodeTimeout = d
-			opts = append(opts, NodeTimeout(d))
-		case "drift_factor":
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return bad("drift_factor=%q is not a number", v)
-			}
-			opts = append(opts, DriftFactor(f))
-		case "db":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return bad("db=%q is not a database number", v)
-			}
-			db = n
-		default:
-			return bad("unknown option %q", k)
-		}
-	}
-	opts = append(opts, extra...)
-	var addrs []string
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			return bad("URL %q has an empty address", u.Redacted())
-		}
-		host, port, err := net.SplitHostPort(h)
-		if err != nil {
-			host, port = strings.Trim(h, "[]"), "6379"
-		}
-		if host == "" {
-			host = "localhost"
-		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return bad("address %q has a bad port", h)
-		}
-		addrs = append(addrs, net.JoinHostPort(host, port))
-	}
-	user, pass := "", ""
-	if u.User != nil {
-		user = u.User.Username()
-		pass, _ = u.User.Password()
-	}
-	var clients []*goredis.Client
-	var probes []*connect.Probe
-	for _, a := range addrs {
-		o := &goredis.Options{
-			Addr: a, Username: user, Password: pass, DB: db,
-			ContextTimeoutEnabled: true, MaxRetries: -1,
-			DialTimeout: nodeTimeout, ReadTimeout: nodeTimeout, WriteTimeout: nodeTimeout,
-		}
-		if u.Scheme == "redlocks" {
-			o.TLSConfig = tlsConfig(a)
-		}
-		c := goredis.NewClient(o)
-		p := new(connect.Probe)
-		c.AddHook(redisconn.Probe(p))
-		clients, probes = append(clients, c), append(probes, p)
-	}
-	b, err := New(clients, opts...)
+	clients, probes := dial(addrs, cfg)
+	b, err := newBackend(clients, cfg)
 	if err != nil {
 		for _, c := range clients {
 			c.Close()
@@ -154,11 +111,37 @@ func openURL(ctx context.Context, u *url.URL, extra []Option) (*Backend, error) 
 		return nil, err
 	}
 	b.owned = true
-	if err := b.reachQuorum(ctx, timeout, probes); err != nil {
+	if err := b.reachQuorum(ctx, cfg.dial.connectTimeout, probes); err != nil {
 		b.Close()
 		return nil, err
 	}
 	return b, nil
+}
+
+// dial makes a client for each master, with a probe watching its
+// connections.
+func dial(addrs []string, cfg config) ([]*goredis.Client, []*connect.Probe) {
+	d, nt := cfg.dial, cfg.nodeTimeout
+	var clients []*goredis.Client
+	var probes []*connect.Probe
+	for _, a := range addrs {
+		o := &goredis.Options{
+			Addr: a, Username: d.user, Password: d.password, DB: d.db,
+			ContextTimeoutEnabled: true, MaxRetries: -1,
+			DialTimeout: nt, ReadTimeout: nt, WriteTimeout: nt,
+		}
+		if d.tls {
+			o.TLSConfig = d.tlsConfig
+			if o.TLSConfig == nil {
+				o.TLSConfig = tlsConfig(a)
+			}
+		}
+		c := goredis.NewClient(o)
+		p := new(connect.Probe)
+		c.AddHook(redisconn.Probe(p))
+		clients, probes = append(clients, c), append(probes, p)
+	}
+	return clients, probes
 }
 
 // reachQuorum pings every master until a quorum has answered, or so

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 
 	"github.com/dlock-dev/dlock/internal/connect"
@@ -70,4 +72,30 @@ func (probeHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { ret
 
 func (probeHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
+}
+
+// SplitAddrs splits a comma list of Redis addresses and completes each
+// to HOST:PORT: the port defaults to defPort and the host to localhost.
+func SplitAddrs(list, defPort string) ([]string, error) {
+	if list == "" {
+		return nil, errors.New("no address")
+	}
+	var addrs []string
+	for _, h := range strings.Split(list, ",") {
+		if h == "" {
+			return nil, fmt.Errorf("address list %q has an empty address", list)
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			host, port = strings.Trim(h, "[]"), defPort
+		}
+		if host == "" {
+			host = "localhost"
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return nil, fmt.Errorf("address %q has a bad port", h)
+		}
+		addrs = append(addrs, net.JoinHostPort(host, port))
+	}
+	return addrs, nil
 }

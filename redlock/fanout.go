@@ -1,0 +1,177 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/dur"
+)
+
+// fanOut runs call on every master in parallel, each under the node
+// timeout, and returns when need of them succeeded, when all answered, or
+// (with giveUp) when need can no longer be reached. Calls still running
+// finish in the background.
+func (b *Backend) fanOut(ctx context.Context, need int, giveUp bool, call func(ctx context.Context, i int) (bool, error)) (ok int, no []int, failed []nodeRes) {
+	type res struct {
+		i   int
+		ok  bool
+		err error
+	}
+	n := len(b.nodes)
+	ch := make(chan res, n)
+	rctx, end := b.roundCtx(ctx, n)
+	for i := range n {
+		b.bg.Add(1)
+		b.spawn(i, func() {
+			defer b.bg.Done()
+			done, err := call(rctx, i)
+			end()
+			ch <- res{i, done, err}
+		})
+	}
+	for got := 0; got < n; got++ {
+		if ok >= need || giveUp && ok+n-got < need {
+			break
+		}
+		r := <-ch
+		switch {
+		case r.err != nil:
+			failed = append(failed, nodeRes{i: r.i, err: r.err})
+		case r.ok:
+			ok++
+		default:
+			no = append(no, r.i)
+		}
+	}
+	return ok, no, failed
+}
+
+// Renew extends the hold on every master in parallel. It succeeds when a
+// quorum extended it in time to leave validity; otherwise the hold is lost
+// (the error matches [dlock.ErrLeaseLost]), because fewer than a quorum
+// cannot keep it from another client, and what is left of it is released
+// in the background.
+func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	if b.closed.Load() {
+		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
+	}
+	start := time.Now()
+	keys := []string{b.lockKey(h.Name), b.fenceKey(h.Name)}
+	tok := strconv.FormatUint(h.Token, 10)
+	hd, _ := h.Handle.(*handle)
+	gid := ""
+	if hd != nil {
+		gid = hd.gid
+	}
+	if hd != nil && hd.a.maxTTL.Load() < int64(ttl) {
+		hd.a.maxTTL.Store(int64(ttl))
+	}
+	nctx := context.WithoutCancel(ctx)
+	ok, no, failed := b.fanOut(nctx, b.quorum, true, func(ctx context.Context, i int) (bool, error) {
+		v, err := b.run(ctx, i, renewScript, keys, h.Owner, tok, dur.Ceil(ttl, time.Millisecond), gid).Int64()
+		return v == 1, err
+	})
+	if ok < b.quorum {
+		b.releaseLost(h)
+		e := b.quorumError("renew", ok, failed)
+		for _, i := range no {
+			e.Failed = append(e.Failed, NodeError{Addr: b.addrs[i], Err: errors.New("does not hold it")})
+		}
+		return fmt.Errorf("%w: %w", dlock.ErrLeaseLost, e)
+	}
+	if el := time.Since(start); ttl-el-b.drift(ttl) <= 0 {
+		b.releaseLost(h)
+		return fmt.Errorf("%w: the renewal took %v of a %v TTL", dlock.ErrLeaseLost, el.Round(time.Millisecond), ttl)
+	}
+	return nil
+}
+
+// releaseLost releases a lost hold in the background on every master that
+// may still have it, so that a minority keeps nobody out until its TTL.
+// (A later Release of the lease finds nothing and reports the loss.)
+func (b *Backend) releaseLost(h dlock.Hold) {
+	if hd, _ := h.Handle.(*handle); hd != nil && !hd.a.releasing() {
+		return
+	}
+	gb := b.holdRelease(h)
+	for i := range b.nodes {
+		b.bg.Add(1)
+		go func() {
+			defer b.bg.Done()
+			b.releaseOn(context.Background(), i, h, gb)
+		}()
+	}
+}
+
+// holdRelease is the release of hold h on each master.
+func (b *Backend) holdRelease(h dlock.Hold) giveBack {
+	gb := giveBack{name: h.Name, owner: h.Owner, token: strconv.FormatUint(h.Token, 10),
+		floor: strconv.FormatUint(h.Token+1, 10), until: time.Now().Add(dur.Sum(b.maxTTL(h), b.cfg.nodeTimeout))}
+	if hd, _ := h.Handle.(*handle); hd != nil {
+		gb.gid, gb.qid = hd.gid, hd.a.qid
+	}
+	b.prepare(&gb)
+	return gb
+}
+
+// releaseOn releases hold h on master i with gb (see holdRelease),
+// retrying in the background when the master cannot be reached, and
+// records the answer for the attempt's late grants.
+func (b *Backend) releaseOn(ctx context.Context, i int, h dlock.Hold, gb giveBack) (bool, error) {
+	hd, _ := h.Handle.(*handle)
+	ok, err := b.releaseNode(ctx, i, gb)
+	if err != nil {
+		b.retry(i, gb)
+	}
+	if hd != nil {
+		// A release that did not reach the master is retried, and counts
+		// as reaching it: a grant that comes later is refused there.
+		hd.a.releasedOn(i, ok || err != nil)
+	}
+	return ok, err
+}
+
+// maxTTL is how long a master may keep hold h without renewal: the TTL of
+// its acquisition, or of a later renewal if that was longer.
+func (b *Backend) maxTTL(h dlock.Hold) time.Duration {
+	if hd, _ := h.Handle.(*handle); hd != nil {
+		return max(hd.a.req.TTL, time.Duration(hd.a.maxTTL.Load()))
+	}
+	return time.Minute
+}
+
+// Release gives up one hold on every master in parallel. It returns as
+// soon as a quorum released (the other masters are released in the
+// background, and retried until they answer or the hold expires there);
+// otherwise, when all answered, it succeeds if the masters that answered
+// released and fewer than a quorum did not hold it, and reports
+// [dlock.ErrLeaseLost] when a quorum no longer held it.
+func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	if b.closed.Load() {
+		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
+	}
+	if hd, _ := h.Handle.(*handle); hd != nil && !hd.a.releasing() {
+		return fmt.Errorf("%w: released already", dlock.ErrLeaseLost)
+	}
+	gb := b.holdRelease(h)
+	ok, no, failed := b.fanOut(context.Background(), b.quorum, false, func(ctx context.Context, i int) (bool, error) {
+		return b.releaseOn(ctx, i, h, gb)
+	})
+	switch {
+	case ok >= b.quorum:
+		return nil
+	case ok > 0 && len(no) < b.quorum:
+		// Masters that could not be reached are retried in the background
+		// until their copies expire; fewer than a quorum of them cannot
+		// keep anyone out.
+		return nil
+	case len(no) >= b.quorum || len(failed) == 0:
+		return fmt.Errorf("%w: %d of %d masters did not hold it", dlock.ErrLeaseLost, len(no), len(b.nodes))
+	default:
+		return b.quorumError("release", ok, failed)
+	}
+}

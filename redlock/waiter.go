@@ -1,0 +1,214 @@
+package redlock
+
+import (
+	"context"
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// waiter is a waiting acquisition: it hears the release notices of every
+// master that name it (see notices) and retries once they show enough free
+// masters for a quorum, at the latest when the holder's lease would end,
+// and after a short random pause when contenders collided.
+type waiter struct {
+	b      *Backend
+	req    dlock.Request
+	qid    string    // the waiter's id in the queues
+	chans  [2]string // the lock's channel, and its channel for this Backend
+	mode   string
+	ticket int64
+	done   *atomic.Bool // see attempt.done
+	wake   chan struct{}
+	first  bool // the next Wait returns at once
+	// attached says, per master and channel, whether the waiter is
+	// attached to its notices; nil while it is attached to none.
+	attached [][2]bool
+	res      attemptResult
+	once     sync.Once
+
+	mu      sync.Mutex
+	noticed uint64 // masters that sent a release notice since the last attempt
+	free    uint64 // masters that no other owner held at the last attempt
+}
+
+// notice records a release notice from master i and wakes the waiter
+// once enough masters are free for a quorum: a first notice while most
+// masters are still being released would only make an attempt that fails.
+// A master counts once, noticed or free: the notice of a master that was
+// free anyway — the give-back of this waiter's own grant there, say —
+// frees nothing more.
+func (w *waiter) notice(i int) {
+	w.mu.Lock()
+	w.noticed |= 1 << (i % 64) // (beyond 64 masters, notices wake early)
+	ready := bits.OnesCount64(w.noticed|w.free) >= w.b.quorum || i >= 64
+	w.mu.Unlock()
+	if ready {
+		select {
+		case w.wake <- struct{}{}:
+			w.b.woken.Add(1)
+		default:
+		}
+	}
+}
+
+// attempted resets the notices for the next attempt, whose result says
+// how many masters were free.
+func (w *waiter) attempted(res attemptResult) {
+	w.mu.Lock()
+	w.res = res
+	w.free = 0
+	for i := range w.b.nodes {
+		w.free |= 1 << (i % 64)
+	}
+	for _, r := range res.held {
+		w.free &^= 1 << (r.i % 64)
+	}
+	w.mu.Unlock()
+}
+
+// maxWait bounds one wait without a notice.
+const maxWait = time.Second
+
+func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64, done *atomic.Bool) *waiter {
+	ch := b.channel(req.Name)
+	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, done: done, wake: make(chan struct{}, 1), first: true}
+	w.chans = [2]string{ch, ch + ":" + b.id}
+	return w
+}
+
+// tryAttach attaches w to the notices of every master where its channels
+// have subscriptions, if all of them are confirmed, and reports whether it
+// did.
+func (w *waiter) tryAttach() bool {
+	for i := range w.b.notices {
+		for _, ch := range w.chans {
+			if !w.b.notices[i].confirmed(ch) {
+				return false
+			}
+		}
+	}
+	w.attached = make([][2]bool, len(w.b.notices))
+	all := true
+	for i := range w.b.notices {
+		for j, ch := range w.chans {
+			var ok bool
+			w.attached[i][j], ok = w.b.notices[i].tryAttach(w, ch)
+			all = all && ok
+		}
+	}
+	return all
+}
+
+// attach attaches w to the notices on its channels of every master where
+// it is not attached yet, subscribing where needed.
+func (w *waiter) attach() {
+	if w.attached == nil {
+		w.attached = make([][2]bool, len(w.b.notices))
+	}
+	for i := range w.b.notices {
+		for j, ch := range w.chans {
+			if !w.attached[i][j] {
+				w.b.notices[i].attach(w, ch)
+				w.attached[i][j] = true
+			}
+		}
+	}
+}
+
+// Wait returns on a release notice, when the holder's lease may have ended,
+// or (after a collision of contenders) after a short random pause. The
+// first Wait returns at once unless the waiter was attached to confirmed
+// subscriptions on every master before its first attempt: otherwise a
+// release between that attempt and the subscription would go unnoticed.
+func (w *waiter) Wait(ctx context.Context) error {
+	if w.first {
+		w.first = false
+		return ctx.Err()
+	}
+	if w.res.split {
+		// Contenders split the masters: everyone gave back, so wait a
+		// random moment (the Redlock retry delay) instead of all retrying
+		// on the same notice. A contender that came within one master of
+		// a quorum waits least, so that it usually gets it the next time
+		// instead of all colliding again.
+		d := time.Duration(1+rand.IntN(15)) * time.Millisecond
+		if w.res.near {
+			d = time.Duration(rand.IntN(300)) * time.Microsecond
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case <-w.wake:
+		default:
+		}
+		return nil
+	}
+	d := maxWait
+	// The lease ends on the quorum-th master when enough of them let it
+	// go; waiting for the shortest remaining lease is early, never late.
+	for _, r := range w.res.held {
+		if r.ttl > 0 && r.ttl < d {
+			d = r.ttl
+		}
+	}
+	d += time.Duration(rand.IntN(5)) * time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.wake:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Acquire makes the next attempt.
+func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	w.mu.Lock()
+	w.noticed = 0
+	w.mu.Unlock()
+	select {
+	case <-w.wake:
+	default:
+	}
+	g, res, err := w.b.attempt(ctx, w.req, w.qid, w.mode, w.ticket, w.done)
+	if err == nil {
+		w.close()
+		return g, nil
+	}
+	w.attempted(res)
+	return g, err
+}
+
+// Cancel stops the notices to the waiter and takes it out of the queues,
+// passing a release notice it may have been named in to the next waiter.
+// An attempt never leaves a grant behind, so there is nothing else to
+// withdraw.
+func (w *waiter) Cancel(ctx context.Context) error {
+	w.close()
+	w.done.Store(true)
+	return w.b.cancel(ctx, w.req.Name, w.qid)
+}
+
+func (w *waiter) close() {
+	w.once.Do(func() {
+		for i, on := range w.attached {
+			for j, ch := range w.chans {
+				if on[j] {
+					w.b.notices[i].detach(w, ch)
+				}
+			}
+		}
+	})
+}
