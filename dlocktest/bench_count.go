@@ -15,8 +15,20 @@ import (
 type calls struct {
 	acquire, waiterAcquire, release, cancel atomic.Int64
 	renew, renewBatch, renewItems           atomic.Int64
+	renewErrs                               atomic.Int64 // renewal items that failed
+	renewMax                                atomic.Int64 // the longest renewal call, ns
 	wakes                                   atomic.Int64 // Waiter.Wait returns
 	waiting                                 atomic.Int64 // Waiters registered and not yet granted or cancelled
+}
+
+// renewed counts a renewal item sent at t0 that ended with err.
+func (c *calls) renewed(t0 time.Time, err error) {
+	if err != nil {
+		c.renewErrs.Add(1)
+	}
+	d := int64(time.Since(t0))
+	for m := c.renewMax.Load(); d > m && !c.renewMax.CompareAndSwap(m, d); m = c.renewMax.Load() {
+	}
 }
 
 // snapshot is the counts of calls at one moment.
@@ -100,7 +112,10 @@ func (w *countingBackend) Acquire(ctx context.Context, req dlock.Request) (dlock
 func (w *countingBackend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
 	w.c.renew.Add(1)
 	w.c.renewItems.Add(1)
-	return w.b.Renew(ctx, h, ttl)
+	t0 := time.Now()
+	err := w.b.Renew(ctx, h, ttl)
+	w.c.renewed(t0, err)
+	return err
 }
 
 func (w *countingBackend) Release(ctx context.Context, h dlock.Hold) error {
@@ -132,7 +147,12 @@ type countingBatch struct {
 func (w countingBatch) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	w.c.renewBatch.Add(1)
 	w.c.renewItems.Add(int64(len(rs)))
-	return w.b.RenewBatch(ctx, rs)
+	t0 := time.Now()
+	errs := w.b.RenewBatch(ctx, rs)
+	for _, err := range errs {
+		w.c.renewed(t0, err)
+	}
+	return errs
 }
 
 type countingWaiter struct {

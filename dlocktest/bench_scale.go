@@ -2,6 +2,7 @@ package dlocktest
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -37,6 +38,9 @@ func newBenchConfig(opts []BenchOption) benchConfig {
 		herd:        []int{10, 100, 1000},
 		herdClients: 10,
 	}
+	if ttl, err := time.ParseDuration(os.Getenv("DLOCK_BENCH_HELD_TTL")); err == nil && ttl > 0 {
+		c.heldTTL = ttl
+	}
 	for _, o := range opts {
 		o.applyBench(&c)
 	}
@@ -49,7 +53,8 @@ func HeldSizes(n ...int) BenchOption {
 	return benchOptionFunc(func(c *benchConfig) { c.held = n })
 }
 
-// HeldTTL sets the TTL of the Held workload's leases (default 3 s). The
+// HeldTTL sets the TTL of the Held workload's leases (default 3 s, or the
+// Go duration in the environment variable DLOCK_BENCH_HELD_TTL). The
 // leases are held for four renewal periods (4·TTL/3) once all are taken.
 func HeldTTL(d time.Duration) BenchOption {
 	return benchOptionFunc(func(c *benchConfig) { c.heldTTL = d })
@@ -96,8 +101,11 @@ func StoreRequests(count func() int64) BenchOption {
 //     backend boundary; renewals/lease, the renewals per lease while held;
 //   - store-req/s: the requests the store saw per second of holding, when
 //     [StoreRequests] is given;
-//   - lost: the leases that ended while held (the goal is none);
-//   - acquire-s: the seconds taking the leases took.
+//   - lost: the leases that ended before their release (the goal is
+//     none), and lost-taking, those of them that ended while the others
+//     were being taken;
+//   - acquire-s: the seconds taking the leases took; renew-errs, the
+//     renewals that failed, and renew-max-s, the longest renewal call.
 //
 // Run it once per size: -benchtime 1x. It ignores b.N.
 func BenchHeld(b *testing.B, newBackend Factory, opts ...BenchOption) {
@@ -156,6 +164,12 @@ func held(b *testing.B, newBackend Factory, cfg benchConfig, n int) {
 	if over {
 		b.Skipf("took %d of %d leases in %v (%.0f/s): too slow for this size, skipped", took.Load(), n, acquire.Round(time.Second), float64(took.Load())/acquire.Seconds())
 	}
+	lostTaking := 0
+	for _, l := range leases {
+		if l.Err() != nil {
+			lostTaking++
+		}
+	}
 
 	// Hold for four renewal periods, watching the goroutines.
 	hold := 4 * cfg.heldTTL / 3
@@ -190,9 +204,13 @@ func held(b *testing.B, newBackend Factory, cfg benchConfig, n int) {
 		b.ReportMetric(float64(st)/el.Seconds(), "store-req/s")
 	}
 	b.ReportMetric(float64(lost), "lost")
+	b.ReportMetric(float64(lostTaking), "lost-taking")
 	b.ReportMetric(acquire.Seconds(), "acquire-s")
+	b.ReportMetric(float64(cnt.renewErrs.Load()), "renew-errs")
+	b.ReportMetric(time.Duration(cnt.renewMax.Load()).Seconds(), "renew-max-s")
 	if lost > 0 {
-		b.Errorf("%d of %d leases lost (TTL %v; taking them took %v), e.g.: %v", lost, n, cfg.heldTTL, acquire.Round(time.Millisecond), lostErr)
+		b.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; taking them took %v; %d renewals failed; the longest renewal call took %v), e.g.: %v",
+			lost, n, lostTaking, cfg.heldTTL, acquire.Round(time.Millisecond), cnt.renewErrs.Load(), time.Duration(cnt.renewMax.Load()).Round(time.Millisecond), lostErr)
 	}
 }
 
