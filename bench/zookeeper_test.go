@@ -56,18 +56,18 @@ func BenchmarkZooKeeper(b *testing.B) {
 				zkRequests(b, l, count, "dlockbench/requests")
 			})
 			dlocktest.BenchLockers(b, zkCounting(lib.newLocker))
-		})
-	}
-	for _, mode := range []struct {
-		name string
-		opts []dlock.Option
-	}{{"dlock", nil}, {"dlock-fair", []dlock.Option{dlock.Fair()}}} {
-		b.Run(mode.name, func(b *testing.B) {
+			if lib.name == "zk.Lock" {
+				return
+			}
+			var opts []dlock.Option
+			if lib.name == "dlock-fair" {
+				opts = append(opts, dlock.Fair())
+			}
 			var (
 				mu  sync.Mutex
 				bes []*zookeeper.Backend
 			)
-			scale(b, mode.name == "dlock", mode.opts, func(t testing.TB) dlock.Backend {
+			scale(b, lib.name == "dlock", opts, func(t testing.TB) dlock.Backend {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				be, err := zookeeper.Connect(ctx, servers, zookeeper.Root("/dlockbench"))

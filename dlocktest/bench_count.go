@@ -2,6 +2,7 @@ package dlocktest
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ type calls struct {
 	acquire, waiterAcquire, release, cancel atomic.Int64
 	renew, renewBatch, renewItems           atomic.Int64
 	renewErrs                               atomic.Int64 // renewal items that failed
+	renewCut                                atomic.Int64 // of them, those cut off by the end of their ctx
 	renewMax                                atomic.Int64 // the longest renewal call, ns
 	wakes                                   atomic.Int64 // Waiter.Wait returns
 	waiting                                 atomic.Int64 // Waiters registered and not yet granted or cancelled
@@ -25,6 +27,9 @@ type calls struct {
 func (c *calls) renewed(t0 time.Time, err error) {
 	if err != nil {
 		c.renewErrs.Add(1)
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			c.renewCut.Add(1)
+		}
 	}
 	d := int64(time.Since(t0))
 	for m := c.renewMax.Load(); d > m && !c.renewMax.CompareAndSwap(m, d); m = c.renewMax.Load() {

@@ -209,8 +209,8 @@ func held(b *testing.B, newBackend Factory, cfg benchConfig, n int) {
 	b.ReportMetric(float64(cnt.renewErrs.Load()), "renew-errs")
 	b.ReportMetric(time.Duration(cnt.renewMax.Load()).Seconds(), "renew-max-s")
 	if lost > 0 {
-		b.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; taking them took %v; %d renewals failed; the longest renewal call took %v), e.g.: %v",
-			lost, n, lostTaking, cfg.heldTTL, acquire.Round(time.Millisecond), cnt.renewErrs.Load(), time.Duration(cnt.renewMax.Load()).Round(time.Millisecond), lostErr)
+		b.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; taking them took %v; %d renewals failed, %d of them cut off by their context's deadline; the longest renewal call took %v), e.g.: %v",
+			lost, n, lostTaking, cfg.heldTTL, acquire.Round(time.Millisecond), cnt.renewErrs.Load(), cnt.renewCut.Load(), time.Duration(cnt.renewMax.Load()).Round(time.Millisecond), lostErr)
 	}
 }
 
