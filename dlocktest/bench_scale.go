@@ -209,8 +209,10 @@ func held(b *testing.B, newBackend Factory, cfg benchConfig, n int) {
 	b.ReportMetric(float64(cnt.renewErrs.Load()), "renew-errs")
 	b.ReportMetric(time.Duration(cnt.renewMax.Load()).Seconds(), "renew-max-s")
 	if lost > 0 {
-		b.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; taking them took %v; %d renewals failed, %d of them cut off by their context's deadline; the longest renewal call took %v), e.g.: %v",
-			lost, n, lostTaking, cfg.heldTTL, acquire.Round(time.Millisecond), cnt.renewErrs.Load(), cnt.renewCut.Load(), time.Duration(cnt.renewMax.Load()).Round(time.Millisecond), lostErr)
+		// A failed benchmark prints no metrics: say the main ones here.
+		b.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; taking them took %v; %d renewals failed, %d of them cut off by their context's deadline; the longest renewal call took %v; %.0f B/lease, %d goroutines, %.1f renew-calls/s, %.0f renew-items/s, %.0f store-req/s), e.g.: %v",
+			lost, n, lostTaking, cfg.heldTTL, acquire.Round(time.Millisecond), cnt.renewErrs.Load(), cnt.renewCut.Load(), time.Duration(cnt.renewMax.Load()).Round(time.Millisecond),
+			float64(int64(heap)-int64(heap0))/float64(n), gor, float64(d.renewals())/el.Seconds(), float64(d.renewItems)/el.Seconds(), float64(st)/el.Seconds(), lostErr)
 	}
 }
 
