@@ -6,4 +6,19 @@
 // Run it with, for example:
 //
 //	cd bench && go test -run XXX -bench . -benchtime 2000x
+//
+// # Scale
+//
+// Every dlock backend also runs the scale workloads of package dlocktest
+// (see scale_test.go): Herd, 10, 100 and 1,000 waiters on one name over 10
+// Clients (store requests per release, release-to-next-grant p50/p99), and
+// Held, 10,000 and 100,000 leases held at once by one Client (heap per
+// lease, goroutines, renewal requests per second, leases lost). The store
+// requests are counted in each driver: Redis commands, etcd gRPC requests
+// and stream messages, ZooKeeper requests, SQL statements. Held ignores
+// b.N and takes its TTL (default 3 s) from DLOCK_BENCH_HELD_TTL:
+//
+//	cd bench && go test -run XXX -bench 'Redis/dlock/Held' -benchtime 1x
+//	cd bench && DLOCK_BENCH_HELD_TTL=30s go test -run XXX -bench 'Postgres/dlock/Held/10000$' -benchtime 1x
+//	cd bench && go test -run XXX -bench 'Redis/.*/Herd' -benchtime 100x
 package bench

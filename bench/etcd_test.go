@@ -34,7 +34,8 @@ import (
 // Requests sub-benchmark measures, lock by lock, the requests of one
 // uncontended acquire (reqs/acquire) and of one release (reqs/release; for
 // dlock that includes the revocation of the hold's lease, which is sent in
-// the background after the key is deleted).
+// the background after the key is deleted). dlock also runs the Herd and
+// Held workloads (see [scale]); their store-req counts are reqs as above.
 //
 //	cd bench && go test -run XXX -bench Etcd -benchtime 2000x
 func BenchmarkEtcd(b *testing.B) {
@@ -56,6 +57,19 @@ func BenchmarkEtcd(b *testing.B) {
 				etcdRequests(b, l, ct, "dlockbench/requests")
 			})
 			dlocktest.BenchLockers(b, etcdCounting(lib.newLocker))
+			if lib.name != "dlock" {
+				return
+			}
+			ct := &etcdCounter{}
+			scale(b, true, nil, func(t testing.TB) dlock.Backend {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				be, err := etcd.Open(ctx, etcdConfig(endpoints, ct), etcd.Prefix("dlockbench"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return be
+			}, ct.reqs.Load)
 		})
 	}
 }

@@ -33,6 +33,10 @@ import (
 // CPU time (INFO cpu, user and system); and cli-µs/grant, this process's
 // CPU time (getrusage), which includes the benchmark's own bookkeeping.
 //
+// dlock and dlock-fair also run the Herd workload, and dlock the Held
+// workload (see [scale]); their store-req counts are the commands sent, as
+// above.
+//
 //	cd bench && go test -run XXX -bench Redis -benchtime 2000x
 func BenchmarkRedis(b *testing.B) {
 	addr := os.Getenv("REDIS_ADDR")
@@ -46,7 +50,7 @@ func BenchmarkRedis(b *testing.B) {
 	}
 	// Each locker stands for a process: it gets a client (connection pool)
 	// of its own.
-	newClient := func(b *testing.B, counter goredis.Hook) *goredis.Client {
+	newClient := func(b testing.TB, counter goredis.Hook) *goredis.Client {
 		c := goredis.NewClient(&goredis.Options{Addr: addr})
 		c.AddHook(counter)
 		b.Cleanup(func() { c.Close() })
@@ -70,6 +74,14 @@ func BenchmarkRedis(b *testing.B) {
 				b.Cleanup(func() { c.Close() })
 				return dlockLocker{c}
 			}))
+			var cmds atomic.Int64
+			scale(b, mode.name == "dlock", mode.opts, func(t testing.TB) dlock.Backend {
+				be, err := dredis.New(newClient(t, cmdCounter{&cmds}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return be
+			}, func() int64 { return cmds.Load() + subscriptions(b, admin) })
 		})
 	}
 	b.Run("redsync", func(b *testing.B) {

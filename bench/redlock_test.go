@@ -23,7 +23,8 @@ import (
 // masters: those listed (comma-separated) in REDLOCK_ADDRS, or 5 started
 // for the run. Every sub-benchmark also reports cmds/grant: the commands
 // the lockers sent to all masters plus the subscriptions the masters saw,
-// per lock granted.
+// per lock granted. dlock and dlock-fair also run the Herd workload, and
+// dlock the Held workload (see [scale]), counting commands the same way.
 //
 //	cd bench && go test -run XXX -bench Redlock -benchtime 1000x
 func BenchmarkRedlock(b *testing.B) {
@@ -44,7 +45,7 @@ func BenchmarkRedlock(b *testing.B) {
 	}
 	// Each locker stands for a process: it gets clients (connection pools)
 	// of its own, one per master.
-	newClients := func(b *testing.B, counter goredis.Hook, redlockOpts bool) []*goredis.Client {
+	newClients := func(b testing.TB, counter goredis.Hook, redlockOpts bool) []*goredis.Client {
 		var cs []*goredis.Client
 		for _, a := range addrs {
 			o := &goredis.Options{Addr: a}
@@ -76,6 +77,20 @@ func BenchmarkRedlock(b *testing.B) {
 				b.Cleanup(func() { c.Close(); be.Close() })
 				return dlockLocker{c}
 			}))
+			var cmds atomic.Int64
+			scale(b, mode.name == "dlock", mode.opts, func(t testing.TB) dlock.Backend {
+				be, err := redlock.New(newClients(t, cmdCounter{&cmds}, true))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return be
+			}, func() int64 {
+				n := cmds.Load()
+				for _, a := range admins {
+					n += subscriptions(b, a)
+				}
+				return n
+			})
 		})
 	}
 	b.Run("redsync", func(b *testing.B) {

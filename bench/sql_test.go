@@ -18,6 +18,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
 )
 
@@ -66,13 +67,25 @@ func BenchmarkPostgres(b *testing.B) {
 				defer be.Close()
 				statements(b, be, &cnt.n)
 			})
+			// Backends as postgres.Open makes them, on pgx's database/sql
+			// driver, with their statements counted.
+			cnt := new(pgCounter)
 			dlocktest.Bench(b, func(t testing.TB) dlock.Backend {
-				be, err := postgres.Open(dsn, mode.opts...)
+				pc, err := pgx.ParseConfig(dsn)
 				if err != nil {
 					t.Fatal(err)
 				}
+				pc.Tracer = cnt
+				db := stdlib.OpenDB(*pc)
+				db.SetMaxIdleConns(8)
+				be, err := postgres.New(db, mode.opts...)
+				if err != nil {
+					db.Close()
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() }) // after the Client's Close
 				return be
-			})
+			}, sqlScale(mode.name, &cnt.n)...)
 		})
 	}
 }
@@ -112,15 +125,44 @@ func BenchmarkMariaDB(b *testing.B) {
 				defer be.Close()
 				statements(b, be, &cnt.n)
 			})
+			// Backends as mysql.Open makes them, with their statements
+			// counted.
+			var cnt atomic.Int64
 			dlocktest.Bench(b, func(t testing.TB) dlock.Backend {
-				be, err := mysql.Open(dsn, mode.opts...)
+				mc, err := gomysql.ParseDSN(dsn)
 				if err != nil {
 					t.Fatal(err)
 				}
+				mc.ClientFoundRows, mc.InterpolateParams = true, true
+				base, err := gomysql.NewConnector(mc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				db := sql.OpenDB(&countingConnector{Connector: base, total: &cnt})
+				db.SetMaxIdleConns(8)
+				be, err := mysql.New(db, mode.opts...)
+				if err != nil {
+					db.Close()
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() }) // after the Client's Close
 				return be
-			})
+			}, sqlScale(mode.name, &cnt)...)
 		})
 	}
+}
+
+// sqlScale is the options of the scale workloads for a mode of a SQL
+// backend, whose statements n counts. Session mode holds a connection per
+// lease and per waiter, so it runs Herd with 10 waiters only and no Held:
+// the servers allow 100 (PostgreSQL) and 151 (MariaDB) connections by
+// default.
+func sqlScale(mode string, n *atomic.Int64) []dlocktest.BenchOption {
+	opts := []dlocktest.BenchOption{dlocktest.StoreRequests(n.Load)}
+	if mode == "dlock-session" {
+		opts = append(opts, dlocktest.HeldSizes(), dlocktest.HerdSizes(10))
+	}
+	return opts
 }
 
 // benchPglock runs the workloads and the statement count on
@@ -223,7 +265,8 @@ func (c *pgCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndD
 // connections at the database/sql driver interface.
 type countingConnector struct {
 	driver.Connector
-	n atomic.Int64
+	n     atomic.Int64
+	total *atomic.Int64 // if not nil, counts instead of n
 }
 
 func (c *countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -231,7 +274,11 @@ func (c *countingConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: conn, n: &c.n}, nil
+	n := c.total
+	if n == nil {
+		n = &c.n
+	}
+	return &countingConn{Conn: conn, n: n}, nil
 }
 
 type countingConn struct {

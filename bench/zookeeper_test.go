@@ -30,7 +30,9 @@ import (
 // set-up left out) and events/grant (watch notifications received per
 // grant), and a Requests sub-benchmark measures, lock by lock, the
 // requests of one uncontended acquire (reqs/acquire) and of one release
-// (reqs/release).
+// (reqs/release). dlock and dlock-fair also run the Herd workload, and
+// dlock the Held workload (see [scale]); their store-req counts are the
+// backends' Stats (requests sent, pings left out).
 //
 //	cd bench && go test -run XXX -bench ZooKeeper -benchtime 2000x
 func BenchmarkZooKeeper(b *testing.B) {
@@ -55,6 +57,37 @@ func BenchmarkZooKeeper(b *testing.B) {
 				zkRequests(b, l, count, "dlockbench/requests")
 			})
 			dlocktest.BenchLockers(b, zkCounting(lib.newLocker))
+			if lib.name == "zk.Lock" {
+				return
+			}
+			var opts []dlock.Option
+			if lib.name == "dlock-fair" {
+				opts = append(opts, dlock.Fair())
+			}
+			var (
+				mu  sync.Mutex
+				bes []*zookeeper.Backend
+			)
+			scale(b, lib.name == "dlock", opts, func(t testing.TB) dlock.Backend {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				be, err := zookeeper.Connect(ctx, servers, zookeeper.Root("/dlockbench"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				bes = append(bes, be)
+				mu.Unlock()
+				return be
+			}, func() int64 {
+				mu.Lock()
+				defer mu.Unlock()
+				var n int64
+				for _, be := range bes {
+					n += be.Stats().Total()
+				}
+				return n
+			})
 		})
 	}
 }

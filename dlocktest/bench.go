@@ -31,7 +31,12 @@ type Locker interface {
 //     another goroutine than the one that released last), a waiter's wait
 //     p50/p99, the hand-off latency p50/p99 from a release to the next
 //     holder's grant, and Jain's fairness index over the goroutines' grants.
-func Bench(b *testing.B, newBackend Factory) {
+//   - Herd: many waiters on one name across several Clients ([BenchHerd]).
+//
+// and, once, Held: many leases held at once by one Client ([BenchHeld]).
+// Held ignores b.N; select it on its own with -benchtime 1x. bopts set the
+// sizes of Held and Herd.
+func Bench(b *testing.B, newBackend Factory, bopts ...BenchOption) {
 	for _, fair := range []bool{false, true} {
 		name := "Default"
 		var opts []dlock.Option
@@ -48,8 +53,10 @@ func Bench(b *testing.B, newBackend Factory) {
 				b.Cleanup(func() { c.Close() })
 				return clientLocker{c}
 			})
+			b.Run("Herd", func(b *testing.B) { BenchHerd(b, newBackend, opts, bopts...) })
 		})
 	}
+	b.Run("Held", func(b *testing.B) { BenchHeld(b, newBackend, bopts...) })
 }
 
 type clientLocker struct{ c *dlock.Client }
