@@ -64,7 +64,8 @@ func BenchmarkEtcd(b *testing.B) {
 			scale(b, true, nil, func(t testing.TB) dlock.Backend {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				be, err := etcd.Open(ctx, etcdConfig(endpoints, ct), etcd.Prefix("dlockbench"))
+				be, err := etcd.Open(ctx, strings.Join(endpoints, ","), etcd.Prefix("dlockbench"),
+					etcd.ConnectTimeout(10*time.Second), etcd.DialOptions(ct.dialOptions()...))
 				if err != nil {
 					t.Fatal(err)
 				}

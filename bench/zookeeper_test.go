@@ -71,7 +71,7 @@ func BenchmarkZooKeeper(b *testing.B) {
 			scale(b, lib.name == "dlock", opts, func(t testing.TB) dlock.Backend {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				be, err := zookeeper.Connect(ctx, servers, zookeeper.Root("/dlockbench"))
+				be, err := zookeeper.Open(ctx, strings.Join(servers, ","), zookeeper.Root("/dlockbench"))
 				if err != nil {
 					t.Fatal(err)
 				}
