@@ -2,53 +2,15 @@ package redlock_test
 
 import (
 	"context"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/silenttest"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	"github.com/dlock-dev/dlock/redlock"
 	goredis "github.com/redis/go-redis/v9"
 )
-
-// silentLink is a go-redis client whose connections go through a proxy
-// until cut, then straight to the server: the proxy's connections stay
-// open and silent, as after a NAT entry or a route is lost.
-type silentLink struct {
-	p      *testserver.Proxy
-	cut    atomic.Bool
-	direct atomic.Int32 // connections made since the cut
-	*goredis.Client
-}
-
-func newSilentLink(t *testing.T, target string) *silentLink {
-	s := &silentLink{p: testserver.NewProxy(t, target)}
-	s.Client = goredis.NewClient(&goredis.Options{Addr: target, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if s.cut.Load() {
-			s.direct.Add(1)
-		} else {
-			addr = s.p.Addr()
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}})
-	t.Cleanup(func() { s.Client.Close() })
-	return s
-}
-
-// pollUntil polls cond every 10ms until it holds, or fails the test after d.
-func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: not %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestSilentPubSub: the pub/sub connections to every master go silent (no
 // RST: their replies are swallowed) while a waiter waits on a lock held
@@ -59,14 +21,14 @@ func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // the health check is that notices never come again.)
 func TestSilentPubSub(t *testing.T) {
 	g := testserver.RedisN(t, 3)
-	var links []*silentLink
+	var detours []*testserver.Detour
 	var pubsub, direct []*goredis.Client
 	for _, addr := range g.Addrs() {
-		l := newSilentLink(t, addr)
-		links, pubsub = append(links, l), append(pubsub, l.Client)
+		d := testserver.NewDetour(t, addr)
+		ps := goredis.NewClient(&goredis.Options{Addr: addr, Dialer: d.Dial})
 		c := goredis.NewClient(&goredis.Options{Addr: addr})
-		t.Cleanup(func() { c.Close() })
-		direct = append(direct, c)
+		t.Cleanup(func() { ps.Close(); c.Close() })
+		detours, pubsub, direct = append(detours, d), append(pubsub, ps), append(direct, c)
 	}
 	wb, err := redlock.New(direct)
 	if err != nil {
@@ -92,50 +54,25 @@ func TestSilentPubSub(t *testing.T) {
 		}
 		return true
 	}
-	wait := func() <-chan *dlock.Lease {
-		got := make(chan *dlock.Lease, 1)
-		go func() {
-			l, err := waiter.Mutex(name).Lock(ctxT(t, 2*lease))
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		return got
-	}
-	released := func(l *dlock.Lease, got <-chan *dlock.Lease) (time.Duration, *dlock.Lease) {
-		start := time.Now()
-		if err := l.Unlock(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case wl := <-got:
-			return time.Since(start), wl
-		case <-time.After(lease + 5*time.Second):
-			t.Fatal("the waiter did not get the lock")
-			return 0, nil
-		}
-	}
 
 	l, err := holder.Mutex(name, dlock.TTL(lease)).Lock(ctxT(t, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := wait()
-	pollUntil(t, 10*time.Second, "subscribed", subscribed)
+	got := silenttest.Waiter(t, waiter, name, 2*lease)
+	silenttest.PollUntil(t, 10*time.Second, "subscribed", subscribed)
 	time.Sleep(300 * time.Millisecond)
-	for _, l := range links {
-		l.p.Swallow()
-		l.cut.Store(true)
+	for _, d := range detours {
+		d.Silence()
 	}
-	el, wl := released(l, got)
+	el, wl := silenttest.HandOver(t, l, got, lease+5*time.Second)
 	t.Logf("silent links: the waiter got the lock %v after the release", el.Round(time.Millisecond))
 	if limit := lease / 3; el > limit {
 		t.Errorf("through silent pub/sub links the waiter got the lock %v after the release; want within %v", el, limit)
 	}
 
-	for i, l := range links {
-		pollUntil(t, 10*time.Second, "a new pub/sub connection to every master", func() bool { return l.direct.Load() > 0 })
+	for i, d := range detours {
+		silenttest.PollUntil(t, 10*time.Second, "a new pub/sub connection to every master", func() bool { return d.Direct() > 0 })
 		t.Logf("master %d: new pub/sub connection", i)
 	}
 	if err := wl.Unlock(context.Background()); err != nil {
@@ -144,13 +81,13 @@ func TestSilentPubSub(t *testing.T) {
 	if l, err = holder.Mutex(name, dlock.TTL(lease)).Lock(ctxT(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	got = wait()
-	pollUntil(t, 10*time.Second, "subscribed again", subscribed)
+	got = silenttest.Waiter(t, waiter, name, 2*lease)
+	silenttest.PollUntil(t, 10*time.Second, "subscribed again", subscribed)
 	time.Sleep(300 * time.Millisecond)
 	received, woken := redlock.Received(wb), redlock.Woken(wb)
-	el, wl = released(l, got)
+	el, wl = silenttest.HandOver(t, l, got, lease+5*time.Second)
 	t.Logf("new links: the waiter got the lock %v after the release", el.Round(time.Millisecond))
-	pollUntil(t, 5*time.Second, "notices of the release from a quorum of masters", func() bool { return redlock.Received(wb)-received >= 2 })
+	silenttest.PollUntil(t, 5*time.Second, "notices of the release from a quorum of masters", func() bool { return redlock.Received(wb)-received >= 2 })
 	if n := redlock.Woken(wb) - woken; n < 1 {
 		t.Errorf("the release's notices woke no waiter")
 	}
