@@ -233,7 +233,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 		}
 		return dlock.Grant{}, nil, err
 	}
-	if w.sub == nil {
+	if !w.attached {
 		b.mux.attach(w)
 	}
 	return dlock.Grant{}, w, err

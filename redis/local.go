@@ -74,15 +74,6 @@ func (p *peers) newID() string {
 	return string(b) // one allocation
 }
 
-// fairWaiters finds the waiting fair acquisitions of a waiter's peer group
-// (w.b.peers.fair), for the waiter's own calls.
-var fairWaiters waitersOf
-
-type waitersOf struct{}
-
-func (waitersOf) remove(w *waiter)               { w.b.peers.fair.remove(w) }
-func (waitersOf) takeHandoff(w *waiter) *handoff { return w.b.peers.fair.takeHandoff(w) }
-
 // waiterSet holds the waiting fair acquisitions of a peer group by request
 // id and by lock in the order they registered. A fair waiter is in it
 // from before its first attempt (which may queue it) until it is granted

@@ -1,5 +1,7 @@
 package redlock
 
+import goredis "github.com/redis/go-redis/v9"
+
 func init() { countForTests = true }
 
 // Woken returns how many times release notices woke a waiter of b.
@@ -13,3 +15,11 @@ func WaiterID(w any) string { return w.(*waiter).qid }
 
 // LockKey returns the key of the hash of lock name on every master of b.
 func LockKey(b *Backend, name string) string { return b.lockKey(name) }
+
+// SetPubSubClients makes b's pub/sub connections to master i with cs[i]
+// instead of b's client; call it before b's first waiter.
+func SetPubSubClients(b *Backend, cs []*goredis.Client) {
+	for i, c := range cs {
+		b.notices[i].client = c
+	}
+}

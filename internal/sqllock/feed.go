@@ -3,10 +3,9 @@ package sqllock
 import (
 	"context"
 	"database/sql"
-	"sync"
 	"time"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/notify"
 )
 
 // Feed tells waiters that another connection (another process) may have
@@ -30,116 +29,63 @@ type Subscription interface {
 	Close()
 }
 
-// PollFeed is a [Feed] that runs a query returning one integer which
+// WatchFeed is a [Feed] that runs a watcher while it has subscribers (a
+// [notify.Relay]): the watcher starts with the first and stops with the
+// last, and Close waits for it.
+type WatchFeed struct {
+	relay *notify.Relay
+}
+
+// NewWatchFeed returns a WatchFeed that runs watch until its ctx is done.
+// watch calls ready once every change committed from then on will be seen
+// (or once it failed to get there: then it calls changed at every failure,
+// so that waiters look for themselves), and changed at every change.
+func NewWatchFeed(watch func(ctx context.Context, ready, changed func())) *WatchFeed {
+	f := &WatchFeed{}
+	f.relay = notify.NewRelay(func(ctx context.Context, ready func()) { watch(ctx, ready, f.relay.Broadcast) })
+	return f
+}
+
+// Subscribe registers a waiter, starting the watcher if it is the first,
+// and returns once the watcher is ready.
+func (f *WatchFeed) Subscribe(ctx context.Context) (Subscription, error) {
+	s, err := f.relay.Subscribe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops the watcher and waits for it.
+func (f *WatchFeed) Close() error {
+	f.relay.Close()
+	return nil
+}
+
+// PollFeed is a [WatchFeed] that runs a query returning one integer which
 // changes whenever another connection commits — SQLite's PRAGMA
 // data_version — on one pinned connection, every Min at first after a
-// change, backing off to every Max while nothing changes. It runs only
-// while it has subscribers: the goroutine starts with the first and stops
-// with the last, and Close waits for it.
+// change, backing off to every Max while nothing changes. A failed poll
+// counts as a change.
 type PollFeed struct {
+	*WatchFeed
 	conn     func(context.Context) (*sql.Conn, error)
 	query    string
 	min, max time.Duration
-
-	mu     sync.Mutex
-	subs   int
-	gen    chan struct{} // closed at the next change seen
-	stop   chan struct{} // closed to stop the running poller; nil when none runs
-	done   chan struct{} // closed when the last poller started has stopped
-	ready  chan struct{} // closed when the running poller has its baseline
-	closed bool
 }
 
 // NewPollFeed returns a PollFeed that pins a connection from conn and
 // polls query on it. The connection is given back when the poller stops.
 func NewPollFeed(conn func(context.Context) (*sql.Conn, error), query string, min, max time.Duration) *PollFeed {
-	return &PollFeed{conn: conn, query: query, min: min, max: max, gen: make(chan struct{})}
-}
-
-type pollSub struct {
-	f    *PollFeed
-	once sync.Once
-}
-
-func (s *pollSub) Changed() <-chan struct{} {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	return s.f.gen
-}
-
-func (s *pollSub) Close() { s.once.Do(s.f.unsubscribe) }
-
-// Subscribe registers a subscriber, starting the poller if it is the first,
-// and returns once the poller has read its baseline (or failed to: then it
-// reports a change at every failed poll, so that waiters look for
-// themselves).
-func (f *PollFeed) Subscribe(ctx context.Context) (Subscription, error) {
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return nil, dlock.ErrClosed
-	}
-	f.subs++
-	if f.stop == nil {
-		prev := f.done
-		f.stop, f.done, f.ready = make(chan struct{}), make(chan struct{}), make(chan struct{})
-		go f.run(prev, f.stop, f.done, f.ready)
-	}
-	ready := f.ready
-	f.mu.Unlock()
-	s := &pollSub{f: f}
-	select {
-	case <-ready:
-		return s, nil
-	case <-ctx.Done():
-		s.Close()
-		return nil, ctx.Err()
-	}
-}
-
-func (f *PollFeed) unsubscribe() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.subs--
-	if f.subs == 0 && f.stop != nil {
-		close(f.stop)
-		f.stop = nil
-	}
-}
-
-// broadcast wakes every subscriber.
-func (f *PollFeed) broadcast() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	close(f.gen)
-	f.gen = make(chan struct{})
-}
-
-// Close stops the poller and waits for it.
-func (f *PollFeed) Close() error {
-	f.mu.Lock()
-	f.closed = true
-	if f.stop != nil {
-		close(f.stop)
-		f.stop = nil
-	}
-	done := f.done
-	f.mu.Unlock()
-	if done != nil {
-		<-done
-	}
-	f.broadcast()
-	return nil
+	f := &PollFeed{conn: conn, query: query, min: min, max: max}
+	f.WatchFeed = NewWatchFeed(f.run)
+	return f
 }
 
 // pollTimeout bounds one poll.
 const pollTimeout = 5 * time.Second
 
-func (f *PollFeed) run(prev, stop, done, ready chan struct{}) {
-	defer close(done)
-	if prev != nil {
-		<-prev // the previous poller has given its connection back
-	}
+func (f *PollFeed) run(stop context.Context, ready, changed func()) {
 	var (
 		conn     *sql.Conn
 		last     int64
@@ -173,7 +119,7 @@ func (f *PollFeed) run(prev, stop, done, ready chan struct{}) {
 			have, last = true, v
 		case v != last:
 			last = v
-			f.broadcast()
+			changed()
 			interval = f.min
 		default:
 			interval = min(interval*2, f.max)
@@ -183,16 +129,13 @@ func (f *PollFeed) run(prev, stop, done, ready chan struct{}) {
 	for {
 		if err := poll(); err != nil {
 			// Let the waiters look for themselves, and try again later.
-			f.broadcast()
+			changed()
 			interval = f.max
 		}
-		if ready != nil {
-			close(ready)
-			ready = nil
-		}
+		ready()
 		t := time.NewTimer(interval)
 		select {
-		case <-stop:
+		case <-stop.Done():
 			t.Stop()
 			return
 		case <-t.C:
