@@ -67,7 +67,7 @@ func BenchmarkPostgres(b *testing.B) {
 				statements(b, be, &cnt.n)
 			})
 			dlocktest.Bench(b, func(t testing.TB) dlock.Backend {
-				be, err := postgres.Open(dsn, mode.opts...)
+				be, err := postgres.Open(context.Background(), dsn, mode.opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -113,7 +113,7 @@ func BenchmarkMariaDB(b *testing.B) {
 				statements(b, be, &cnt.n)
 			})
 			dlocktest.Bench(b, func(t testing.TB) dlock.Backend {
-				be, err := mysql.Open(dsn, mode.opts...)
+				be, err := mysql.Open(context.Background(), dsn, mode.opts...)
 				if err != nil {
 					t.Fatal(err)
 				}

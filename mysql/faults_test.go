@@ -19,7 +19,7 @@ import (
 
 func client(t *testing.T, dsn string) *dlock.Client {
 	t.Helper()
-	b, err := mysql.Open(dsn)
+	b, err := mysql.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestConnectionsTerminated(t *testing.T) {
 	}
 
 	// A holder that dies with its connections: the lock expires.
-	b, err := mysql.Open(srv.DSN())
+	b, err := mysql.Open(context.Background(), srv.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}

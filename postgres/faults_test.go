@@ -19,7 +19,7 @@ import (
 
 func client(t *testing.T, dsn string) *dlock.Client {
 	t.Helper()
-	b, err := postgres.Open(dsn)
+	b, err := postgres.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestConnectionsTerminated(t *testing.T) {
 	}
 
 	// A holder that dies with its connections: the lock expires.
-	b, err := postgres.Open(srv.TestDSN())
+	b, err := postgres.Open(context.Background(), srv.TestDSN())
 	if err != nil {
 		t.Fatal(err)
 	}
