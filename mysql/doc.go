@@ -3,13 +3,12 @@
 // other SQL backends through one engine; or, in session mode, user-level
 // locks (GET_LOCK) held by dedicated connections.
 //
-//	b, err := mysql.Open("app:secret@tcp(db:3306)/app")
-//	c := dlock.New(b)
-//	// or: dlock.Open(ctx, "mysql://app:secret@db:3306/app?table=locks")
-//
-// Constructors take a DSN ([Open]) or a *sql.DB ([New]). The URL scheme
-// "mysql" is registered with [dlock.Register]; [ParseURL] says how a URL
-// becomes a driver DSN.
+// [Open] dials a go-sql-driver/mysql DSN and returns a Backend that owns
+// its connections; [New] works on a *sql.DB the caller keeps and closes.
+// The URL scheme "mysql" is registered with [dlock.Register], so that
+// dlock.Open(ctx, "mysql://app:secret@db:3306/app?table=locks") works
+// with the package imported; see [ParseURL] (how a URL becomes a DSN) and
+// the examples.
 //
 // # Maximum TTL
 //

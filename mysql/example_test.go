@@ -12,7 +12,8 @@ import (
 
 // Lock a job by name across processes through MySQL or MariaDB.
 func Example() {
-	b, err := mysql.Open("app:secret@tcp(db.example:3306)/app", mysql.Table("locks"))
+	ctx := context.Background()
+	b, err := mysql.Open(ctx, "app:secret@tcp(db.example:3306)/app", mysql.Table("locks"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -21,7 +22,6 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	ctx := context.Background()
 	lease, err := c.Mutex("billing/nightly-close", dlock.TTL(15*time.Second)).Lock(ctx)
 	if err != nil {
 		log.Fatal(err)

@@ -20,12 +20,16 @@ import (
 )
 
 // Backend is a dlock backend on a MySQL or MariaDB lease table. It is
-// safe for concurrent use; see the package doc for what it guarantees.
-type Backend struct {
-	e    *sqllock.Engine
-	s    *sqllock.Sessions // session mode; nil in lease-table mode
-	desc string
-}
+// safe for concurrent use; see the package doc for what it guarantees. Its
+// methods are those of the SQL backends' shell: [dlock.Backend],
+// [dlock.BatchRenewer], [dlock.Inspector], [dlock.Migrator],
+// [dlock.LossReporter] and [dlock.TTLLimiter] (in session mode twice the
+// server's wait_timeout, at most [dlock.MaxTTL]), plus String, Table,
+// Session (whether it is in session mode) and Reclaim (a sweep of free
+// rows on demand).
+type Backend struct{ *shell }
+
+type shell = sqllock.Backend
 
 var (
 	_ dlock.Backend      = (*Backend)(nil)
@@ -43,8 +47,8 @@ var (
 // every TTL/3, so TTLs up to twice this are accepted.
 const DefaultSessionWaitTimeout = 60 * time.Second
 
-// setupTimeout bounds connecting and creating the tables when the caller
-// gives no context (Open, New).
+// setupTimeout bounds New, which takes no context: checking the server
+// and creating the tables.
 const setupTimeout = 30 * time.Second
 
 // DefaultConnectTimeout is the connect timeout Open uses when the DSN sets
@@ -85,25 +89,20 @@ func isDefaultLogger(l mysql.Logger) bool {
 // Open connects to the database of dsn, a go-sql-driver/mysql DSN
 // ("user:password@tcp(host:3306)/db?param=value"; the database must be
 // named), and returns a Backend on it, with the tables created if needed.
-// Open sets clientFoundRows=true and interpolateParams=true, which the
-// backend needs, and a dial timeout of [DefaultConnectTimeout] unless the
-// DSN has one. If the database cannot be reached or refuses the login,
-// the error names the server, matches [dlock.ErrBackendUnavailable], and
-// nothing is left open. Close closes the connections.
-func Open(dsn string, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	mc, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, invalid("DSN: %v", err) // the driver's messages do not repeat the DSN
-	}
-	return open(ctx, mc, opts)
-}
-
-func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error) {
+// ctx bounds it; connecting and logging in are bounded by the connect
+// timeout too. Open sets clientFoundRows=true and interpolateParams=true,
+// which the backend needs, and a dial timeout of [DefaultConnectTimeout]
+// unless the DSN has one. If the database cannot be reached or refuses the
+// login, the error names the server, matches [dlock.ErrBackendUnavailable],
+// and nothing is left open. Close closes the connections.
+func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	cfg, err := resolve(opts)
 	if err != nil {
 		return nil, err
+	}
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, invalid("DSN: %v", err) // the driver's messages do not repeat the DSN
 	}
 	if mc.DBName == "" {
 		return nil, invalid("the DSN names no database")
@@ -111,8 +110,8 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 	mc.ClientFoundRows = true
 	mc.InterpolateParams = true
 	switch {
-	case cfg.connect != nil:
-		mc.Timeout = *cfg.connect
+	case cfg.Connect != nil:
+		mc.Timeout = *cfg.Connect
 	case mc.Timeout == 0:
 		mc.Timeout = DefaultConnectTimeout
 	}
@@ -128,7 +127,7 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 		// with RegisterDialContext and are left alone).
 		mc.DialFunc = probe.Dial((&net.Dialer{}).DialContext)
 	}
-	if cfg.session {
+	if cfg.Session {
 		if mc.Params == nil {
 			mc.Params = make(map[string]string)
 		}
@@ -160,12 +159,11 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 	}
 	cancel()
 	probe.Done()
-	b, err := newBackend(ctx, db, desc, cfg, db.Close)
+	b, err := start(ctx, db, desc, cfg, db.Close)
 	if err != nil {
 		db.Close()
-		return nil, openError(desc, err)
 	}
-	return b, nil
+	return b, err
 }
 
 // New returns a Backend on db, a MySQL or MariaDB database the caller
@@ -173,6 +171,7 @@ func open(ctx context.Context, mc *mysql.Config, opts []Option) (*Backend, error
 // must set clientFoundRows=true (New checks it): a renewal that matches
 // the row but changes nothing must count. interpolateParams=true saves a
 // round trip per statement inside transactions. Close does not close db.
+// Checking the server and creating the tables is bounded by 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
@@ -185,16 +184,12 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	}
 	desc, err := describe(ctx, db)
 	if err != nil {
-		return nil, openError("mysql", err)
+		return nil, sqllock.OpenError("mysql", myDialect, err)
 	}
 	if err := checkFoundRows(ctx, db); err != nil {
-		return nil, openError(desc, err)
+		return nil, sqllock.OpenError(desc, myDialect, err)
 	}
-	b, err := newBackend(ctx, db, desc, cfg, nil)
-	if err != nil {
-		return nil, openError(desc, err)
-	}
-	return b, nil
+	return start(ctx, db, desc, cfg, nil)
 }
 
 // checkFoundRows checks that an UPDATE counts the rows it matched, not the
@@ -222,28 +217,24 @@ func checkFoundRows(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config, onClose func() error) (*Backend, error) {
-	e, err := sqllock.New(ctx, db, myDialect, sqllock.Config{
-		Table:         cfg.table,
-		WaiterTimeout: cfg.waiterTimeout,
-		NoMigrate:     cfg.noMigrate,
-		Desc:          desc,
-		OnClose:       onClose,
+// start makes the Backend on db.
+func start(ctx context.Context, db *sql.DB, desc string, cfg sqllock.Options, onClose func() error) (*Backend, error) {
+	sb, err := sqllock.Start(ctx, cfg, sqllock.Setup{
+		DB: db, Dialect: myDialect, Desc: desc, OnClose: onClose,
+		Session: func(ctx context.Context, e *sqllock.Engine) (*sqllock.Sessions, error) {
+			var wait int64
+			if err := db.QueryRowContext(ctx, `SELECT @@SESSION.wait_timeout`).Scan(&wait); err != nil {
+				return nil, err
+			}
+			s := sqllock.NewSessions(e, mySession)
+			s.MaxTTL = 2 * time.Duration(wait) * time.Second
+			return s, nil
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{e: e, desc: desc}
-	if cfg.session {
-		var wait int64
-		if err := db.QueryRowContext(ctx, `SELECT @@SESSION.wait_timeout`).Scan(&wait); err != nil {
-			e.Close()
-			return nil, err
-		}
-		b.s = sqllock.NewSessions(e, mySession)
-		b.s.MaxTTL = 2 * time.Duration(wait) * time.Second
-	}
-	return b, nil
+	return &Backend{sb}, nil
 }
 
 // describe returns "mysql host:port/db" as the server reports it.
@@ -273,126 +264,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return sqllock.Migrate(ctx, db, myDialect, cfg.table)
-}
-
-// Migrate creates the backend's tables if they do not exist and checks
-// them, as [Migrate] does for its database; see [dlock.Migrator].
-func (b *Backend) Migrate(ctx context.Context) error { return b.e.Migrate(ctx) }
-
-// String describes the backend: "mysql 127.0.0.1:3306/db" (no user or
-// password).
-func (b *Backend) String() string { return b.desc }
-
-// Table returns the name of the lease table.
-func (b *Backend) Table() string { return b.e.Table() }
-
-// Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
-// statement (INSERT … ON DUPLICATE KEY UPDATE, the result in the
-// last-insert id) when granted.
-func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
-	if b.s != nil {
-		return b.s.Acquire(ctx, req)
-	}
-	return b.e.Acquire(ctx, req)
-}
-
-// Renew extends the hold h to ttl from now by the database's clock: one
-// UPDATE, checked by owner, token and expiry.
-func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
-	if b.s != nil {
-		return b.s.Renew(ctx, h, ttl)
-	}
-	return b.e.Renew(ctx, h, ttl)
-}
-
-// RenewBatch renews many holds in one transaction; see [dlock.BatchRenewer].
-func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
-	if b.s != nil {
-		return b.s.RenewBatch(ctx, rs)
-	}
-	return b.e.RenewBatch(ctx, rs)
-}
-
-// Release gives up one hold of h: one UPDATE, checked by owner, token and
-// expiry. The waiters of this process are woken at once.
-func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
-	if b.s != nil {
-		return b.s.Release(ctx, h)
-	}
-	return b.e.Release(ctx, h)
-}
-
-// Reclaim deletes now the state of every free name: lease rows that are
-// free, or expired with their holder gone, and have no waiter rows, and
-// expired waiter rows. The backend does the same within its normal
-// operations (see the package doc); Reclaim is for a sweep on demand. It
-// returns the number of lease rows deleted. Tokens stay strictly
-// increasing: a deleted row's token is kept in the fence table.
-func (b *Backend) Reclaim(ctx context.Context) (int, error) { return b.e.Reclaim(ctx) }
-
-// Inspect lists the held locks whose names start with prefix; see
-// [dlock.Inspector]. Waiters is -1 (unknown): non-fair waiters are not
-// registered in the store; Queued counts the fair waiters.
-func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
-	return b.e.Inspect(ctx, prefix)
-}
-
-// Close closes the connections Open opened (not a *sql.DB given to New).
-// It does not release held locks.
-func (b *Backend) Close() error {
-	if b.s != nil {
-		return b.s.Close()
-	}
-	return b.e.Close()
-}
-
-// ReportLoss registers the Client's loss handler; see
-// [dlock.LossReporter]. In session mode the Backend reports a hold lost
-// as soon as it learns that the connection carrying it is gone (a
-// renewal on it failed, or its lease ran out without a renewal); in
-// lease-table mode it never calls it.
-func (b *Backend) ReportLoss(handler func(dlock.Hold, error)) {
-	if b.s != nil {
-		b.s.ReportLoss(handler)
-	}
-}
-
-// Session reports whether the Backend is in session mode (see [Session]).
-func (b *Backend) Session() bool { return b.s != nil }
-
-// MaxTTL implements [dlock.TTLLimiter]: in session mode twice the
-// server's wait_timeout (a holder's connection is idle between renewals
-// every TTL/3, and the server closes it after wait_timeout), at most
-// [dlock.MaxTTL]; in lease-table mode 0, so [dlock.MaxTTL] applies.
-func (b *Backend) MaxTTL() time.Duration {
-	if b.s != nil && b.s.MaxTTL > 0 {
-		return min(b.s.MaxTTL, dlock.MaxTTL)
-	}
-	return 0
-}
-
-// openErr is an error of Open or New: it names the server, and matches
-// dlock.ErrBackendUnavailable when the database cannot be reached or used.
-type openErr struct {
-	desc string
-	err  error
-}
-
-func openError(desc string, err error) error {
-	if errors.Is(err, dlock.ErrInvalidOption) || errors.Is(err, dlock.ErrBackendUnavailable) {
-		return fmt.Errorf("%s: %w", desc, err)
-	}
-	return &openErr{desc: desc, err: err}
-}
-
-func (e *openErr) Error() string { return e.desc + ": " + e.err.Error() }
-
-func (e *openErr) Unwrap() []error {
-	if myDialect.Classify(e.err) == sqllock.Other {
-		return []error{e.err}
-	}
-	return []error{dlock.ErrBackendUnavailable, e.err}
+	return sqllock.Migrate(ctx, db, myDialect, cfg.Table)
 }
 
 // invalid returns an error matching dlock.ErrInvalidOption.

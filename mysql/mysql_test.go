@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 func openFactory(dsn string, opts ...mysql.Option) dlocktest.Factory {
 	return func(t testing.TB) dlock.Backend {
 		t.Helper()
-		b, err := mysql.Open(dsn, opts...)
+		b, err := mysql.Open(context.Background(), dsn, opts...)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -45,7 +45,7 @@ func TestConformance(t *testing.T) {
 // reclaim is the suite's hook to force a sweep of the lease table table
 // (through a Backend of its own) and count its rows.
 func reclaim(t *testing.T, dsn, table string) dlocktest.Option {
-	b, err := mysql.Open(dsn, mysql.Table(table))
+	b, err := mysql.Open(context.Background(), dsn, mysql.Table(table))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,13 +20,13 @@ func TestOpenErrors(t *testing.T) {
 	srv := testserver.MariaDB(t)
 	ctx := context.Background()
 
-	_, err := mysql.Open("root@tcp(127.0.0.1:1)/test")
+	_, err := mysql.Open(context.Background(), "root@tcp(127.0.0.1:1)/test")
 	t.Logf("unreachable: %v", err)
 	if !errors.Is(err, dlock.ErrBackendUnavailable) || !strings.Contains(err.Error(), "127.0.0.1:1/test") {
 		t.Errorf("Open of an unreachable server: %v; want ErrBackendUnavailable naming the server", err)
 	}
 
-	_, err = mysql.Open(srv.DSNFor("nosuchdb"))
+	_, err = mysql.Open(context.Background(), srv.DSNFor("nosuchdb"))
 	t.Logf("no database: %v", err)
 	if !errors.Is(err, dlock.ErrBackendUnavailable) || !strings.Contains(err.Error(), "nosuchdb") {
 		t.Errorf("Open of a missing database: %v", err)
@@ -37,13 +37,13 @@ func TestOpenErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = mysql.Open("pwuser:s3cret@tcp(" + srv.Addr() + ")/test")
+	_, err = mysql.Open(context.Background(), "pwuser:s3cret@tcp("+srv.Addr()+")/test")
 	t.Logf("wrong password: %v", err)
 	if !errors.Is(err, dlock.ErrBackendUnavailable) || strings.Contains(err.Error(), "s3cret") ||
 		!strings.Contains(err.Error(), "Access denied") {
 		t.Errorf("Open with a wrong password: %v; want ErrBackendUnavailable saying so, without the password", err)
 	}
-	b, err := mysql.Open("pwuser:right@tcp(" + srv.Addr() + ")/test")
+	b, err := mysql.Open(context.Background(), "pwuser:right@tcp("+srv.Addr()+")/test")
 	if err != nil {
 		t.Fatalf("Open with the right password: %v", err)
 	}
@@ -52,12 +52,12 @@ func TestOpenErrors(t *testing.T) {
 	}
 	b.Close()
 
-	_, err = mysql.Open("root@tcp(127.0.0.1:1/test")
+	_, err = mysql.Open(context.Background(), "root@tcp(127.0.0.1:1/test")
 	t.Logf("malformed: %v", err)
 	if !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("malformed DSN: %v; want ErrInvalidOption", err)
 	}
-	_, err = mysql.Open("root@tcp(" + srv.Addr() + ")/")
+	_, err = mysql.Open(context.Background(), "root@tcp("+srv.Addr()+")/")
 	if !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("DSN without a database: %v; want ErrInvalidOption", err)
 	}
@@ -170,7 +170,7 @@ func TestNoMigrate(t *testing.T) {
 	url := "mysql://root@" + srv.Addr() + "/test?table=nm_locks"
 	for _, open := range []func() (dlock.Backend, error){
 		func() (dlock.Backend, error) {
-			return mysql.Open(srv.DSN(), mysql.Table("nm_locks"), mysql.NoMigrate())
+			return mysql.Open(context.Background(), srv.DSN(), mysql.Table("nm_locks"), mysql.NoMigrate())
 		},
 		func() (dlock.Backend, error) {
 			c, err := dlock.Open(ctx, url+"&migrate=false")
@@ -201,7 +201,7 @@ func TestNoMigrate(t *testing.T) {
 	if err := mysql.Migrate(ctx, db, mysql.Table("nm_locks")); err != nil {
 		t.Fatal(err)
 	}
-	b, err := mysql.Open(srv.DSN(), mysql.Table("nm_locks"), mysql.NoMigrate())
+	b, err := mysql.Open(context.Background(), srv.DSN(), mysql.Table("nm_locks"), mysql.NoMigrate())
 	if err != nil {
 		t.Fatalf("Open after Migrate: %v", err)
 	}

@@ -35,7 +35,7 @@ func TestChurn(t *testing.T) {
 		opts []mysql.Option
 	}{{"lease", nil}, {"session", []mysql.Option{mysql.Session(), mysql.Table("churn_sess")}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			r, err := mysql.Open(srv.DSN(), mode.opts...)
+			r, err := mysql.Open(context.Background(), srv.DSN(), mode.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,6 +54,6 @@ func TestUpgrade(t *testing.T) {
 		if noMigrate {
 			opts = append(opts, mysql.NoMigrate())
 		}
-		return mysql.Open(srv.DSN(), opts...)
+		return mysql.Open(context.Background(), srv.DSN(), opts...)
 	})
 }

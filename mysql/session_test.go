@@ -21,7 +21,7 @@ const sessionNames = 50
 func sessionFactory(dsn string, opts ...mysql.Option) dlocktest.Factory {
 	return func(t testing.TB) dlock.Backend {
 		t.Helper()
-		b, err := mysql.Open(dsn, append(opts, mysql.Session())...)
+		b, err := mysql.Open(context.Background(), dsn, append(opts, mysql.Session())...)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -41,7 +41,7 @@ func TestSessionConformance(t *testing.T) {
 
 func sessionClient(t *testing.T, dsn string) *dlock.Client {
 	t.Helper()
-	b, err := mysql.Open(dsn, mysql.Session())
+	b, err := mysql.Open(context.Background(), dsn, mysql.Session())
 	if err != nil {
 		t.Fatal(err)
 	}

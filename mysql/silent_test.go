@@ -1,6 +1,7 @@
 package mysql_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -23,7 +24,7 @@ func TestSilentLink(t *testing.T) {
 			silenttest.Run(t, silenttest.Env{
 				Target: srv.Addr(),
 				Open: func(t *testing.T, addr string) dlock.Backend {
-					b, err := mysql.Open(strings.Replace(srv.DSN(), srv.Addr(), addr, 1), mode.opts...)
+					b, err := mysql.Open(context.Background(), strings.Replace(srv.DSN(), srv.Addr(), addr, 1), mode.opts...)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -4,25 +4,26 @@ import (
 	"context"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/sqllock"
+	"github.com/dlock-dev/dlock/internal/urlq"
 	"github.com/go-sql-driver/mysql"
 )
 
 func init() {
 	dlock.Register("mysql", func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-		mc, opts, err := ParseURL(u)
+		dsn, opts, err := ParseURL(u)
 		if err != nil {
 			return nil, err
 		}
-		return open(ctx, mc, opts)
+		return Open(ctx, dsn, opts...)
 	})
 }
 
-// ParseURL translates a mysql:// URL into the driver's configuration and
-// the backend's options:
+// ParseURL translates a mysql:// URL into the driver's DSN and the
+// backend's options:
 //
 //	mysql://user:password@host:3306/db?param=value   → user:password@tcp(host:3306)/db?param=value
 //	mysql://user@localhost/db?socket=/run/mysqld/mysqld.sock → user@unix(/run/mysqld/mysqld.sock)/db
@@ -38,72 +39,69 @@ func init() {
 //	connect_timeout=DUR   a Go duration or whole seconds (ConnectTimeout); the
 //	                      driver's timeout=DUR means the same, give one of them
 //
-// All others are go-sql-driver/mysql DSN parameters (tls, charset, a
-// system variable such as innodb_lock_wait_timeout, …).
-func ParseURL(u *url.URL) (cfg *mysql.Config, opts []Option, err error) {
+// The others must be go-sql-driver/mysql DSN parameters (tls, charset,
+// readTimeout, …) or system variables, which have an underscore in their
+// name (innodb_lock_wait_timeout, …); any other, or one given twice, is an
+// error matching [dlock.ErrInvalidOption].
+func ParseURL(u *url.URL) (dsn string, opts []Option, err error) {
 	const form = "want mysql://[user[:password]@]host[:port]/database[?params]"
+	q := urlq.Parse("mysql", u)
 	if u.Scheme != "mysql" {
-		return nil, nil, invalid("URL scheme %q is not mysql", u.Scheme)
+		return "", nil, q.Errorf("scheme %q is not mysql", u.Scheme)
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return nil, nil, invalid("URL %q: %s", u.Redacted(), form)
+		return "", nil, q.Errorf("%s", form)
 	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
-		return nil, nil, invalid("URL %q names no database or more than a name; %s", u.Redacted(), form)
+		return "", nil, q.Errorf("names no database or more than a name; %s", form)
 	}
-	q := u.Query()
-	if vs, ok := q["table"]; ok {
-		opts = append(opts, Table(vs[len(vs)-1]))
-		q.Del("table")
-	}
-	if vs, ok := q["waiter_timeout"]; ok {
-		d, err := time.ParseDuration(vs[len(vs)-1])
-		if err != nil {
-			return nil, nil, invalid("URL %q: waiter_timeout: %v", u.Redacted(), err)
-		}
-		opts = append(opts, WaiterTimeout(d))
-		q.Del("waiter_timeout")
-	}
-	if vs, ok := q["migrate"]; ok {
-		opts = append(opts, migrateParam(vs[len(vs)-1]))
-		q.Del("migrate")
-	}
-	if vs, ok := q["mode"]; ok {
-		opts = append(opts, mode(vs[len(vs)-1]))
-		q.Del("mode")
-	}
-	if _, ok := q[connect.Param]; ok {
-		if _, both := q["timeout"]; both {
-			return nil, nil, invalid("URL %q: connect_timeout and timeout are the same setting; give one", u.Redacted())
-		}
-		d, err := connect.Take(q, 0)
-		if err != nil {
-			return nil, nil, invalid("URL %q: %v", u.Redacted(), err)
-		}
-		opts = append(opts, ConnectTimeout(d))
+	for _, set := range sqllock.URLParams(q, true) {
+		opts = append(opts, option(set))
 	}
 	network, addr := "tcp", u.Host
-	if vs, ok := q["socket"]; ok {
-		network, addr = "unix", vs[len(vs)-1]
-		q.Del("socket")
+	if s, ok := q.String("socket"); ok {
+		network, addr = "unix", s
 	} else if u.Port() == "" {
 		addr = u.Host + ":3306"
+	}
+	rest, err := q.Done(driverParam)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, both := rest["timeout"]; both && u.Query().Has(connect.Param) {
+		return "", nil, q.Errorf("connect_timeout and timeout are the same setting; give one")
 	}
 	// The parameters go through the driver's own parser; user and
 	// password are set afterwards, so that no character in them needs
 	// escaping in a DSN.
-	dsn := network + "(" + addr + ")/" + db
-	if len(q) > 0 {
-		dsn += "?" + q.Encode()
+	s := network + "(" + addr + ")/" + db
+	if len(rest) > 0 {
+		s += "?" + rest.Encode()
 	}
-	cfg, err = mysql.ParseDSN(dsn)
+	cfg, err := mysql.ParseDSN(s)
 	if err != nil {
-		return nil, nil, invalid("URL %q: %v", u.Redacted(), err)
+		return "", nil, q.Errorf("%v", err)
 	}
 	if u.User != nil {
 		cfg.User = u.User.Username()
 		cfg.Passwd, _ = u.User.Password()
 	}
-	return cfg, opts, nil
+	return cfg.FormatDSN(), opts, nil
+}
+
+// driverParam reports whether the driver takes the parameter k: one of
+// go-sql-driver/mysql's, or a system variable (a lower-case name with an
+// underscore).
+func driverParam(k string) bool {
+	switch k {
+	case "allowAllFiles", "allowCleartextPasswords", "allowFallbackToPlaintext",
+		"allowNativePasswords", "allowOldPasswords", "charset", "checkConnLiveness",
+		"clientFoundRows", "collation", "columnsWithAlias", "compress",
+		"connectionAttributes", "interpolateParams", "loc", "maxAllowedPacket",
+		"multiStatements", "parseTime", "readTimeout", "rejectReadOnly",
+		"serverPubKey", "timeout", "timeTruncate", "tls", "writeTimeout":
+		return true
+	}
+	return strings.Contains(k, "_") && strings.Trim(k, "abcdefghijklmnopqrstuvwxyz0123456789_") == ""
 }

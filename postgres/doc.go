@@ -3,13 +3,12 @@
 // backends through one engine, with LISTEN/NOTIFY wake-ups; or, in session
 // mode, advisory locks held by dedicated connections.
 //
-//	b, err := postgres.Open("postgres://app@db:5432/app?sslmode=disable")
-//	c := dlock.New(b)
-//	// or: dlock.Open(ctx, "postgres://app@db:5432/app?table=locks")
-//
-// Constructors take a DSN ([Open]), a *sql.DB of pgx's stdlib driver
-// ([New]) or a *pgxpool.Pool ([NewPool]). The URL schemes "postgres" and
-// "postgresql" are registered with [dlock.Register]; see [ParseURL].
+// [Open] dials a pgx DSN and returns a Backend that owns its connections;
+// [New] (a *sql.DB of pgx's stdlib driver) and [NewPool] (a
+// *pgxpool.Pool) work on a pool the caller keeps and closes. The URL
+// schemes "postgres" and "postgresql" are registered with
+// [dlock.Register], so that dlock.Open(ctx, "postgres://app@db/app?table=locks")
+// works with the package imported; see [ParseURL] and the examples.
 //
 // # Maximum TTL
 //

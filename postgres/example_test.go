@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	_ "github.com/dlock-dev/dlock/postgres" // registers postgres:// and postgresql://
+	"github.com/dlock-dev/dlock/postgres" // also registers postgres:// and postgresql://
 )
 
 // Lock a job by name across processes through PostgreSQL; the token goes
@@ -25,4 +25,18 @@ func Example() {
 	}
 	defer lease.Unlock(context.Background())
 	fmt.Println("holding with token", lease.Token())
+}
+
+// Open a Backend on a DSN, and a Client on it.
+func ExampleOpen() {
+	ctx := context.Background()
+	b, err := postgres.Open(ctx, "postgres://app@db.example:5432/app?sslmode=disable", postgres.Table("locks"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := dlock.New(b) // the Client closes b
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
 }

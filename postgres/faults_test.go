@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/sessiontest"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	"github.com/dlock-dev/dlock/postgres"
 )
 
 func client(t *testing.T, dsn string) *dlock.Client {
 	t.Helper()
-	b, err := postgres.Open(dsn)
+	b, err := postgres.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,125 +44,23 @@ func terminateAll(t *testing.T, srv *testserver.PostgresServer) int {
 	return n
 }
 
-// TestConnectionsTerminated: the server ends the connections of a live
-// holder (pg_terminate_backend) again and again: in lease mode that loses
-// nothing — renewals and the release go through new connections — and a
-// waiter gets the lock only after the release, with a higher token. A
-// holder that stops renewing (a crashed process) loses the lock at the
-// end of its TTL, by the database's clock, to a waiter with a higher
-// token.
-func TestConnectionsTerminated(t *testing.T) {
-	srv := testserver.Postgres(t)
-	ctx := context.Background()
-	holder, waiter := client(t, srv.TestDSN()), client(t, srv.TestDSN())
-	l, err := holder.Mutex("term", dlock.TTL(time.Second)).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		l, err := waiter.Mutex("term", dlock.TTL(time.Second)).Lock(ctx)
-		if err != nil {
-			t.Error(err)
+// TestLeaseFaults runs the lease-mode fault scenarios (connections
+// terminated, server restart) of package sessiontest.
+func TestLeaseFaults(t *testing.T) {
+	sessiontest.RunLease(t, func(t *testing.T) sessiontest.LeaseEnv {
+		srv := testserver.Postgres(t)
+		return sessiontest.LeaseEnv{
+			Backend: func(t *testing.T) dlock.Backend {
+				b, err := postgres.Open(context.Background(), srv.TestDSN())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			},
+			TerminateAll: func(t *testing.T) int { return terminateAll(t, srv) },
+			Server:       srv,
 		}
-		got <- l
-	}()
-	for range 6 {
-		time.Sleep(400 * time.Millisecond)
-		t.Logf("terminated %d connections", terminateAll(t, srv))
-	}
-	if err := l.Err(); err != nil {
-		t.Fatalf("the live holder lost its lease to terminated connections: %v", err)
-	}
-	select {
-	case <-got:
-		t.Fatal("the waiter got the lock while the holder held it")
-	default:
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock after terminated connections: %v", err)
-	}
-	var l2 *dlock.Lease
-	select {
-	case l2 = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not get the lock after the release")
-	}
-	if l2.Token() <= l.Token() {
-		t.Errorf("token %d after %d", l2.Token(), l.Token())
-	}
-
-	// A holder that dies with its connections: the lock expires.
-	b, err := postgres.Open(srv.TestDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, _, err := b.Acquire(ctx, dlock.Request{Name: "term2", Owner: "dead", TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Close() // never renewed, never released
-	go func() {
-		l, err := waiter.Mutex("term2", dlock.TTL(time.Second)).Lock(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	start := time.Now()
-	time.Sleep(200 * time.Millisecond) // the waiter's first attempt (which would report an outage at once) is over
-	terminateAll(t, srv)
-	l3 := <-got
-	if l3 == nil {
-		t.FailNow()
-	}
-	t.Logf("the dead holder's lock (token %d) went to the waiter (token %d) after %v", g.Token, l3.Token(), time.Since(start))
-	if l3.Token() <= g.Token {
-		t.Errorf("token %d after %d", l3.Token(), g.Token)
-	}
-	l2.Unlock(ctx)
-	l3.Unlock(ctx)
-}
-
-// TestServerRestart: the server is killed and restarted while locks are
-// held. Afterwards every lock is either still held by its live holder or
-// free (no stuck locks), and new grants have higher tokens than before.
-func TestServerRestart(t *testing.T) {
-	srv := testserver.Postgres(t)
-	ctx := context.Background()
-	a, b := client(t, srv.TestDSN()), client(t, srv.TestDSN())
-	var leases []*dlock.Lease
-	for i := range 5 {
-		l, err := a.Mutex(fmt.Sprint("restart", i), dlock.TTL(2*time.Second)).Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases = append(leases, l)
-	}
-	if err := srv.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	// The holder may or may not have kept its leases through the outage
-	// (2s TTL); either way it releases what it holds, and each lock is
-	// then free for b, with a higher token.
-	for i, l := range leases {
-		held := l.Err() == nil
-		err := l.Unlock(ctx)
-		t.Logf("lock %d: held through the restart: %v; unlock: %v", i, held, err)
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		l2, err := b.Mutex(fmt.Sprint("restart", i), dlock.TTL(2*time.Second)).Lock(wctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("lock %d after the restart: %v", i, err)
-		}
-		if l2.Token() <= l.Token() {
-			t.Errorf("lock %d: token %d after %d", i, l2.Token(), l.Token())
-		}
-		l2.Unlock(ctx)
-	}
+	})
 }
 
 // TestProcesses: two OS processes with many goroutines each increment a

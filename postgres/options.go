@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"encoding/binary"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/sqllock"
@@ -20,64 +18,29 @@ const (
 )
 
 // Option configures Open, New, NewPool and Migrate.
-type Option interface {
-	apply(*config)
-}
+type Option interface{ apply(*sqllock.Options) }
 
-type optionFunc func(*config)
+type option func(*sqllock.Options)
 
-func (f optionFunc) apply(c *config) { f(c) }
-
-type config struct {
-	table         string
-	waiterTimeout time.Duration
-	session       bool
-	noMigrate     bool
-	connect       *time.Duration // nil: the DSN's connect_timeout, else DefaultConnectTimeout
-	errs          []string
-}
+func (f option) apply(o *sqllock.Options) { f(o) }
 
 // ConnectTimeout bounds how long Open waits to connect and log in, and
 // every later connection's set-up (pgx's ConnectTimeout; default the DSN's
 // connect_timeout, else [DefaultConnectTimeout]; 0: no limit but the
 // context's). The URL parameter connect_timeout sets it, in whole seconds
 // as libpq takes it or as a Go duration.
-func ConnectTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
-			return
-		}
-		c.connect = &d
-	})
-}
+func ConnectTimeout(d time.Duration) Option { return option(sqllock.SetConnectTimeout(d)) }
 
 // Table sets the lease table's name (default [DefaultTable]): 1 to 48
 // ASCII letters, digits and underscores, not starting with a digit. The
 // waiters table is the name + "_waiters". Unquoted, as PostgreSQL folds
 // it: "Locks" and "locks" are the same table.
-func Table(name string) Option {
-	return optionFunc(func(c *config) {
-		if err := sqllock.CheckTable(name); err != nil {
-			c.errs = append(c.errs, err.Error())
-			return
-		}
-		c.table = name
-	})
-}
+func Table(name string) Option { return option(sqllock.SetTable(name)) }
 
 // WaiterTimeout sets how long a fair waiter's queue row lives without a
 // heartbeat (default [DefaultWaiterTimeout], at least 300ms): the waiter
 // of a process that died holds up those behind it for at most this long.
-func WaiterTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < sqllock.MinWaiterTimeout {
-			c.errs = append(c.errs, fmt.Sprintf("waiter timeout %v is below the minimum %v", d, sqllock.MinWaiterTimeout))
-			return
-		}
-		c.waiterTimeout = d
-	})
-}
+func WaiterTimeout(d time.Duration) Option { return option(sqllock.SetWaiterTimeout(d)) }
 
 // Session puts the Backend in session mode: every held lock is a
 // session-level advisory lock held by one connection of its own, taken out
@@ -85,53 +48,23 @@ func WaiterTimeout(d time.Duration) Option {
 // in the server's queue for it. The lease table still gives the fencing
 // token, the reentry count and the holder's expiry. See the package doc,
 // "Session mode". The URL form is ?mode=session.
-func Session() Option {
-	return optionFunc(func(c *config) { c.session = true })
-}
+func Session() Option { return option(sqllock.SetSession(true)) }
 
 // NoMigrate makes Open and New check that the lease table and the waiters
-// table exist, instead of creating them if they do not: for an
-// application user without the right to create tables, after they were
-// created with `dlock migrate` (or [Migrate]) by one who has it. A missing
-// table is then an error of Open or New that says so. The URL form is
-// ?migrate=false.
-func NoMigrate() Option {
-	return optionFunc(func(c *config) { c.noMigrate = true })
-}
+// table exist, instead of creating them: for an application user without
+// the right to create tables, after `dlock migrate` (or [Migrate]) created
+// them. A missing table is then an error of Open or New that says so. The
+// URL form is ?migrate=false.
+func NoMigrate() Option { return option(sqllock.SetNoMigrate(true)) }
 
-// migrateParam sets NoMigrate by the URL's migrate=true|false.
-func migrateParam(v string) Option {
-	return optionFunc(func(c *config) {
-		no, err := sqllock.ParseMigrate(v)
-		if err != nil {
-			c.errs = append(c.errs, err.Error())
-		}
-		c.noMigrate = no
-	})
-}
-
-// mode sets the mode by its URL name (see sqllock.ParseMode).
-func mode(name string) Option {
-	return optionFunc(func(c *config) {
-		session, err := sqllock.ParseMode(name)
-		if err != nil {
-			c.errs = append(c.errs, err.Error())
-		}
-		c.session = session
-	})
-}
-
-func resolve(opts []Option) (config, error) {
-	cfg := config{table: DefaultTable}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&cfg)
+func resolve(opts []Option) (sqllock.Options, error) {
+	o := sqllock.DefaultOptions()
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
 		}
 	}
-	if len(cfg.errs) > 0 {
-		return cfg, invalid("%s", strings.Join(cfg.errs, "; "))
-	}
-	return cfg, nil
+	return o, o.Err("postgres")
 }
 
 // SessionKey returns the advisory lock key that session mode uses for the

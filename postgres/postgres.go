@@ -20,12 +20,14 @@ import (
 )
 
 // Backend is a dlock backend on a PostgreSQL lease table. It is safe for
-// concurrent use; see the package doc for what it guarantees.
-type Backend struct {
-	e    *sqllock.Engine
-	s    *sqllock.Sessions // session mode; nil in lease-table mode
-	desc string
-}
+// concurrent use; see the package doc for what it guarantees. Its methods
+// are those of the SQL backends' shell: [dlock.Backend],
+// [dlock.BatchRenewer], [dlock.Inspector], [dlock.Migrator] and
+// [dlock.LossReporter], plus String, Table, Session (whether it is in
+// session mode) and Reclaim (a sweep of free rows on demand).
+type Backend struct{ *shell }
+
+type shell = sqllock.Backend
 
 var (
 	_ dlock.Backend      = (*Backend)(nil)
@@ -35,8 +37,8 @@ var (
 	_ dlock.LossReporter = (*Backend)(nil)
 )
 
-// setupTimeout bounds connecting and creating the tables when the caller
-// gives no context (Open, New, NewPool).
+// setupTimeout bounds New and NewPool, which take no context: checking
+// the server and creating the tables.
 const setupTimeout = 30 * time.Second
 
 // DefaultConnectTimeout is the connect timeout Open uses when the DSN
@@ -60,17 +62,12 @@ var pgServer = connect.Server{
 // Open connects to the PostgreSQL database of dsn (a pgx connection
 // string: a URL "postgres://user:pass@host:5432/db?sslmode=disable" or
 // "host=… dbname=…" keywords) and returns a Backend on it, with the tables
-// created if needed. If the database cannot be reached or refuses the
-// login, the error names the server, matches
+// created if needed. ctx bounds it; connecting and logging in are bounded
+// by the connect timeout too. If the database cannot be reached or refuses
+// the login, the error names the server, matches
 // [dlock.ErrBackendUnavailable], and nothing is left open. Close closes
 // the connections.
-func Open(dsn string, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	return open(ctx, dsn, opts)
-}
-
-func open(ctx context.Context, dsn string, opts []Option) (*Backend, error) {
+func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	cfg, err := resolve(opts)
 	if err != nil {
 		return nil, err
@@ -82,8 +79,8 @@ func open(ctx context.Context, dsn string, opts []Option) (*Backend, error) {
 		return nil, invalid("%v", err)
 	}
 	switch {
-	case cfg.connect != nil:
-		pc.ConnectTimeout = *cfg.connect
+	case cfg.Connect != nil:
+		pc.ConnectTimeout = *cfg.Connect
 	case pc.ConnectTimeout == 0:
 		pc.ConnectTimeout = DefaultConnectTimeout
 	}
@@ -110,12 +107,11 @@ func open(ctx context.Context, dsn string, opts []Option) (*Backend, error) {
 		}
 		return c, func() { closeConn(c) }, nil
 	}
-	b, err := newBackend(ctx, db, desc, cfg, listen, db.Close)
+	b, err := start(ctx, db, desc, cfg, listen, db.Close)
 	if err != nil {
 		db.Close()
-		return nil, openError(desc, err)
 	}
-	return b, nil
+	return b, err
 }
 
 // New returns a Backend on db, a PostgreSQL database the caller opened
@@ -124,6 +120,7 @@ func open(ctx context.Context, dsn string, opts []Option) (*Backend, error) {
 // are waited for, the Backend keeps one connection of db's pool to LISTEN
 // on; with a pool of another driver, waiters in other processes are not
 // notified and look again at a backing-off interval (5 to 100 ms) instead.
+// Checking the server and creating the tables is bounded by 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
@@ -136,23 +133,20 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	}
 	desc, err := describe(ctx, db)
 	if err != nil {
-		return nil, openError("postgres", err)
+		return nil, sqllock.OpenError("postgres", pgDialect, err)
 	}
 	var listen func(context.Context) (*pgx.Conn, func(), error)
 	if _, ok := db.Driver().(*stdlib.Driver); ok {
 		listen = func(ctx context.Context) (*pgx.Conn, func(), error) { return rawConn(ctx, db) }
 	}
-	b, err := newBackend(ctx, db, desc, cfg, listen, nil)
-	if err != nil {
-		return nil, openError(desc, err)
-	}
-	return b, nil
+	return start(ctx, db, desc, cfg, listen, nil)
 }
 
 // NewPool returns a Backend on pool, creating the tables if needed. Close
 // does not close pool. While locks are waited for, the Backend keeps one
 // of the pool's connections to LISTEN on (taken out of the pool, and
-// closed when the waiters are gone).
+// closed when the waiters are gone). Checking the server and creating the
+// tables is bounded by 30 s.
 func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
@@ -167,7 +161,7 @@ func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 	db := stdlib.OpenDBFromPool(pool, stdlib.OptionShouldPing(shouldPing))
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, openError(desc, err)
+		return nil, sqllock.OpenError(desc, pgDialect, err)
 	}
 	listen := func(ctx context.Context) (*pgx.Conn, func(), error) {
 		c, err := pool.Acquire(ctx)
@@ -177,12 +171,11 @@ func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 		pc := c.Hijack()
 		return pc, func() { closeConn(pc) }, nil
 	}
-	b, err := newBackend(ctx, db, desc, cfg, listen, db.Close)
+	b, err := start(ctx, db, desc, cfg, listen, db.Close)
 	if err != nil {
 		db.Close()
-		return nil, openError(desc, err)
 	}
-	return b, nil
+	return b, err
 }
 
 // shouldPing decides whether database/sql's pool pings a connection before
@@ -227,33 +220,26 @@ func rawConn(ctx context.Context, db *sql.DB) (*pgx.Conn, func(), error) {
 	}, nil
 }
 
-func newBackend(ctx context.Context, db *sql.DB, desc string, cfg config,
+// start makes the Backend on db; listen, if set, gives the connection
+// to LISTEN on.
+func start(ctx context.Context, db *sql.DB, desc string, cfg sqllock.Options,
 	listen func(context.Context) (*pgx.Conn, func(), error), onClose func() error) (*Backend, error) {
 	var feed sqllock.Feed
 	if listen != nil {
-		feed = newListenFeed(channel(cfg.table), listen)
+		feed = newListenFeed(channel(cfg.Table), listen)
 	}
-	e, err := sqllock.New(ctx, db, pgDialect, sqllock.Config{
-		Table:         cfg.table,
-		WaiterTimeout: cfg.waiterTimeout,
-		NoMigrate:     cfg.noMigrate,
-		Desc:          desc,
-		Feed:          feed,
-		OnClose:       onClose,
+	sb, err := sqllock.Start(ctx, cfg, sqllock.Setup{
+		DB: db, Dialect: pgDialect, Desc: desc, Feed: feed, OnClose: onClose,
+		Session: func(_ context.Context, e *sqllock.Engine) (*sqllock.Sessions, error) {
+			return sqllock.NewSessions(e, sessionDialect(func(pc *pgconn.PgConn) bool {
+				return closedByServer(pc.Conn())
+			})), nil
+		},
 	})
 	if err != nil {
-		if feed != nil {
-			feed.Close()
-		}
 		return nil, err
 	}
-	b := &Backend{e: e, desc: desc}
-	if cfg.session {
-		b.s = sqllock.NewSessions(e, sessionDialect(func(pc *pgconn.PgConn) bool {
-			return closedByServer(pc.Conn())
-		}))
-	}
-	return b, nil
+	return &Backend{sb}, nil
 }
 
 // describe returns "postgres host:port/db" as the server reports it.
@@ -281,127 +267,16 @@ func address(c *pgx.ConnConfig) string {
 
 // Migrate creates the lease table, the waiters table, the fence table
 // and the triggers (NOTIFY, reclamation) in db if they do not exist, and
-// adds missing fence rows (the Table option names them), as
-// Open, New and NewPool do on first use. It is safe to run from several
-// processes at once: the creation runs in one transaction under an
-// advisory lock. `dlock migrate` uses it to create them ahead of time.
+// adds missing fence rows (the Table option names them), as Open, New and
+// NewPool do on first use. It is safe to run from several processes at
+// once: the creation runs in one transaction under an advisory lock.
+// `dlock migrate` uses it to create them ahead of time.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	cfg, err := resolve(opts)
 	if err != nil {
 		return err
 	}
-	return sqllock.Migrate(ctx, db, pgDialect, cfg.table)
-}
-
-// Migrate creates the backend's tables if they do not exist and checks
-// them, as [Migrate] does for its database; see [dlock.Migrator].
-func (b *Backend) Migrate(ctx context.Context) error { return b.e.Migrate(ctx) }
-
-// String describes the backend: "postgres 127.0.0.1:5432/db" (no user or
-// password).
-func (b *Backend) String() string { return b.desc }
-
-// Table returns the name of the lease table.
-func (b *Backend) Table() string { return b.e.Table() }
-
-// Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
-// statement (INSERT … ON CONFLICT DO UPDATE … RETURNING) when granted.
-func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
-	if b.s != nil {
-		return b.s.Acquire(ctx, req)
-	}
-	return b.e.Acquire(ctx, req)
-}
-
-// Renew extends the hold h to ttl from now by the database's clock: one
-// UPDATE, checked by owner, token and expiry.
-func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
-	if b.s != nil {
-		return b.s.Renew(ctx, h, ttl)
-	}
-	return b.e.Renew(ctx, h, ttl)
-}
-
-// RenewBatch renews many holds in one transaction; see [dlock.BatchRenewer].
-func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
-	if b.s != nil {
-		return b.s.RenewBatch(ctx, rs)
-	}
-	return b.e.RenewBatch(ctx, rs)
-}
-
-// Release gives up one hold of h: one UPDATE, checked by owner, token and
-// expiry. The waiters of this process are woken at once; a trigger
-// NOTIFYs those of other processes when the lock is freed.
-func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
-	if b.s != nil {
-		return b.s.Release(ctx, h)
-	}
-	return b.e.Release(ctx, h)
-}
-
-// Reclaim deletes now the state of every free name: lease rows that are
-// free, or expired with their holder gone, and have no waiter rows, and
-// expired waiter rows. The backend does the same within its normal
-// operations (see the package doc); Reclaim is for a sweep on demand. It
-// returns the number of lease rows deleted. Tokens stay strictly
-// increasing: a deleted row's token is kept in the fence table.
-func (b *Backend) Reclaim(ctx context.Context) (int, error) { return b.e.Reclaim(ctx) }
-
-// Inspect lists the held locks whose names start with prefix; see
-// [dlock.Inspector]. Waiters is -1 (unknown): non-fair waiters are not
-// registered in the store; Queued counts the fair waiters.
-func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
-	return b.e.Inspect(ctx, prefix)
-}
-
-// Close stops the backend's listener and closes the connections it opened
-// (not a *sql.DB or pool given to New or NewPool). It does not release
-// held locks.
-func (b *Backend) Close() error {
-	if b.s != nil {
-		return b.s.Close()
-	}
-	return b.e.Close()
-}
-
-// ReportLoss registers the Client's loss handler; see
-// [dlock.LossReporter]. In session mode the Backend reports a hold lost
-// as soon as it learns that the connection carrying it is gone (the
-// server closed it, a renewal on it failed, or its lease ran out without
-// a renewal); in lease-table mode it never calls it.
-func (b *Backend) ReportLoss(handler func(dlock.Hold, error)) {
-	if b.s != nil {
-		b.s.ReportLoss(handler)
-	}
-}
-
-// Session reports whether the Backend is in session mode (see [Session]).
-func (b *Backend) Session() bool { return b.s != nil }
-
-// openErr is an error of Open, New or NewPool: it names the server, and
-// matches dlock.ErrBackendUnavailable when the database cannot be reached
-// or used.
-type openErr struct {
-	desc string
-	err  error
-}
-
-func openError(desc string, err error) error {
-	var ke interface{ Unwrap() []error }
-	if errors.Is(err, dlock.ErrInvalidOption) || errors.As(err, &ke) && errors.Is(err, dlock.ErrBackendUnavailable) {
-		return fmt.Errorf("%s: %w", desc, err)
-	}
-	return &openErr{desc: desc, err: err}
-}
-
-func (e *openErr) Error() string { return e.desc + ": " + e.err.Error() }
-
-func (e *openErr) Unwrap() []error {
-	if pgDialect.Classify(e.err) == sqllock.Other {
-		return []error{e.err}
-	}
-	return []error{dlock.ErrBackendUnavailable, e.err}
+	return sqllock.Migrate(ctx, db, pgDialect, cfg.Table)
 }
 
 // invalid returns an error matching dlock.ErrInvalidOption.

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 func openFactory(dsn string, opts ...postgres.Option) dlocktest.Factory {
 	return func(t testing.TB) dlock.Backend {
 		t.Helper()
-		b, err := postgres.Open(dsn, opts...)
+		b, err := postgres.Open(context.Background(), dsn, opts...)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -55,7 +55,7 @@ func TestConformance(t *testing.T) {
 // reclaim is the suite's hook to force a sweep of the lease table table
 // (through a Backend of its own) and count its rows.
 func reclaim(t *testing.T, dsn, table string) dlocktest.Option {
-	b, err := postgres.Open(dsn, postgres.Table(table))
+	b, err := postgres.Open(context.Background(), dsn, postgres.Table(table))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,13 +226,13 @@ func TestOpenErrors(t *testing.T) {
 	srv := testserver.Postgres(t)
 	ctx := context.Background()
 
-	_, err := postgres.Open("postgres://postgres@127.0.0.1:1/test?sslmode=disable")
+	_, err := postgres.Open(context.Background(), "postgres://postgres@127.0.0.1:1/test?sslmode=disable")
 	t.Logf("unreachable: %v", err)
 	if !errors.Is(err, dlock.ErrBackendUnavailable) || !strings.Contains(err.Error(), "127.0.0.1:1/test") {
 		t.Errorf("Open of an unreachable server: %v; want ErrBackendUnavailable naming the server", err)
 	}
 
-	_, err = postgres.Open(strings.Replace(srv.TestDSN(), "/test?", "/nosuchdb?", 1))
+	_, err = postgres.Open(context.Background(), strings.Replace(srv.TestDSN(), "/test?", "/nosuchdb?", 1))
 	t.Logf("no database: %v", err)
 	if !errors.Is(err, dlock.ErrBackendUnavailable) || !strings.Contains(err.Error(), "nosuchdb") {
 		t.Errorf("Open of a missing database: %v", err)
@@ -254,14 +254,14 @@ func TestOpenErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the postmaster rereads the file on SIGHUP
-	_, err = postgres.Open("postgres://pwuser:s3cret@" + srv.Addr() + "/test?sslmode=disable")
+	_, err = postgres.Open(context.Background(), "postgres://pwuser:s3cret@"+srv.Addr()+"/test?sslmode=disable")
 	t.Logf("wrong password: %v", err)
 	if !errors.Is(err, dlock.ErrBackendUnavailable) || strings.Contains(err.Error(), "s3cret") ||
 		!strings.Contains(err.Error(), "password authentication failed") {
 		t.Errorf("Open with a wrong password: %v; want ErrBackendUnavailable saying so, without the password", err)
 	}
 
-	_, err = postgres.Open("postgres://host:notaport/db")
+	_, err = postgres.Open(context.Background(), "postgres://host:notaport/db")
 	t.Logf("malformed: %v", err)
 	if !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("malformed DSN: %v; want ErrInvalidOption", err)
@@ -357,7 +357,7 @@ func TestMigrateConcurrent(t *testing.T) {
 func TestNotifyWakes(t *testing.T) {
 	srv := testserver.Postgres(t)
 	ctx := context.Background()
-	holder, err := postgres.Open(srv.TestDSN())
+	holder, err := postgres.Open(context.Background(), srv.TestDSN())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestNoMigrate(t *testing.T) {
 	ctx := context.Background()
 	for _, open := range []func() (dlock.Backend, error){
 		func() (dlock.Backend, error) {
-			return postgres.Open(srv.TestDSN(), postgres.Table("nm_locks"), postgres.NoMigrate())
+			return postgres.Open(context.Background(), srv.TestDSN(), postgres.Table("nm_locks"), postgres.NoMigrate())
 		},
 		func() (dlock.Backend, error) {
 			c, err := dlock.Open(ctx, srv.TestDSN()+"&table=nm_locks&migrate=false")
@@ -474,7 +474,7 @@ func TestNoMigrate(t *testing.T) {
 	if err := postgres.Migrate(ctx, db, postgres.Table("nm_locks")); err != nil {
 		t.Fatal(err)
 	}
-	b, err := postgres.Open(srv.TestDSN(), postgres.Table("nm_locks"), postgres.NoMigrate())
+	b, err := postgres.Open(context.Background(), srv.TestDSN(), postgres.Table("nm_locks"), postgres.NoMigrate())
 	if err != nil {
 		t.Fatalf("Open after Migrate: %v", err)
 	}

@@ -35,7 +35,7 @@ func TestChurn(t *testing.T) {
 		opts []postgres.Option
 	}{{"lease", nil}, {"session", []postgres.Option{postgres.Session(), postgres.Table("churn_sess")}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			r, err := postgres.Open(srv.TestDSN(), mode.opts...)
+			r, err := postgres.Open(context.Background(), srv.TestDSN(), mode.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,6 +54,6 @@ func TestUpgrade(t *testing.T) {
 		if noMigrate {
 			opts = append(opts, postgres.NoMigrate())
 		}
-		return postgres.Open(srv.TestDSN(), opts...)
+		return postgres.Open(context.Background(), srv.TestDSN(), opts...)
 	})
 }

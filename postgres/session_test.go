@@ -31,7 +31,7 @@ func TestSessionConformance(t *testing.T) {
 func sessionFactory(dsn string, opts ...postgres.Option) dlocktest.Factory {
 	return func(t testing.TB) dlock.Backend {
 		t.Helper()
-		b, err := postgres.Open(dsn, append(opts, postgres.Session())...)
+		b, err := postgres.Open(context.Background(), dsn, append(opts, postgres.Session())...)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -44,7 +44,7 @@ func sessionFactory(dsn string, opts ...postgres.Option) dlocktest.Factory {
 
 func sessionClient(t *testing.T, dsn string) *dlock.Client {
 	t.Helper()
-	b, err := postgres.Open(dsn, postgres.Session())
+	b, err := postgres.Open(context.Background(), dsn, postgres.Session())
 	if err != nil {
 		t.Fatal(err)
 	}

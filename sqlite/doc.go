@@ -2,10 +2,11 @@
 // SQLite database file, shared by every process on one host that opens the
 // same file. It needs no server and no cgo (it uses modernc.org/sqlite).
 //
-//	b, err := sqlite.Open("/var/lib/myapp/locks.db")
-//	c, err := dlock.New(b)
-//
-// or, with the package imported, dlock.Open(ctx, "sqlite:///var/lib/myapp/locks.db").
+// [Open] opens a database file and returns a Backend that owns it; [New]
+// works on a *sql.DB the caller keeps and closes. The URL scheme "sqlite"
+// is registered with [dlock.Register], so that
+// dlock.Open(ctx, "sqlite:///var/lib/myapp/locks.db") works with the
+// package imported; see [ParseURL] and the examples.
 //
 // # Maximum TTL
 //

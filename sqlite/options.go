@@ -1,11 +1,9 @@
 package sqlite
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 )
 
@@ -24,43 +22,30 @@ const (
 
 // An Option configures Open, New or Migrate. Options that apply to Open
 // only say so; given to New or Migrate they are [dlock.ErrInvalidOption].
-type Option interface {
-	apply(*config)
+type Option interface{ apply(*config) }
+
+type option func(*config)
+
+func (f option) apply(c *config) { f(c) }
+
+// shared forwards an option the SQL backends share.
+func shared(set func(*sqllock.Options)) Option {
+	return option(func(c *config) { set(&c.Options) })
 }
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	table         string
-	busyTimeout   time.Duration
-	waiterTimeout time.Duration
-	synchronous   string
-	connect       time.Duration
-	privateLocal  bool // tests: no in-process sharing between Backends
-
-	openOnly []string
-	errs     []string
-}
-
-func defaultConfig() config {
-	return config{table: DefaultTable, busyTimeout: DefaultBusyTimeout, synchronous: "FULL", connect: dlock.DefaultConnectTimeout}
+	sqllock.Options
+	busyTimeout  time.Duration
+	synchronous  string
+	privateLocal bool // tests: no in-process sharing between Backends
+	openOnly     []string
 }
 
 // Table sets the lease table's name (default [DefaultTable]); the fair
 // queue is the table of that name + "_waiters". Several applications can
 // keep their locks apart in one file with different tables. The name must
 // be 1-48 ASCII letters, digits or underscores, not starting with a digit.
-func Table(name string) Option {
-	return optionFunc(func(c *config) {
-		if err := sqllock.CheckTable(name); err != nil {
-			c.errs = append(c.errs, err.Error())
-			return
-		}
-		c.table = name
-	})
-}
+func Table(name string) Option { return shared(sqllock.SetTable(name)) }
 
 // BusyTimeout sets SQLite's busy_timeout on every connection: how long a
 // statement waits for another process's write lock before failing with
@@ -68,10 +53,10 @@ func Table(name string) Option {
 // context is done). Default [DefaultBusyTimeout]; it must be at least 1ms.
 // Open only.
 func BusyTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return option(func(c *config) {
 		c.openOnly = append(c.openOnly, "BusyTimeout")
 		if d < time.Millisecond {
-			c.errs = append(c.errs, fmt.Sprintf("busy timeout %v is below 1ms", d))
+			c.Fail("busy timeout %v is below 1ms", d)
 			return
 		}
 		c.busyTimeout = d
@@ -83,13 +68,9 @@ func BusyTimeout(d time.Duration) Option {
 // [dlock.DefaultConnectTimeout]; 0: no limit but the context's). Open
 // only.
 func ConnectTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return option(func(c *config) {
 		c.openOnly = append(c.openOnly, "ConnectTimeout")
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
-			return
-		}
-		c.connect = d
+		sqllock.SetConnectTimeout(d)(&c.Options)
 	})
 }
 
@@ -97,15 +78,7 @@ func ConnectTimeout(d time.Duration) Option {
 // heartbeat (default [DefaultWaiterTimeout], minimum 300ms). A waiter
 // refreshes its entry every third of it; a waiter whose process died
 // holds up those behind it for at most this long.
-func WaiterTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < sqllock.MinWaiterTimeout {
-			c.errs = append(c.errs, fmt.Sprintf("waiter timeout %v is below the minimum %v", d, sqllock.MinWaiterTimeout))
-			return
-		}
-		c.waiterTimeout = d
-	})
-}
+func WaiterTimeout(d time.Duration) Option { return shared(sqllock.SetWaiterTimeout(d)) }
 
 // Synchronous sets SQLite's synchronous mode: "FULL" (the default: every
 // commit is on disk before it returns, so fencing tokens never go back,
@@ -113,13 +86,13 @@ func WaiterTimeout(d time.Duration) Option {
 // power loss — not a crash — may undo the last commits, and with them
 // grants and tokens that were handed out). Open only.
 func Synchronous(mode string) Option {
-	return optionFunc(func(c *config) {
+	return option(func(c *config) {
 		c.openOnly = append(c.openOnly, "Synchronous")
 		switch m := strings.ToUpper(mode); m {
 		case "FULL", "EXTRA", "NORMAL":
 			c.synchronous = m
 		default:
-			c.errs = append(c.errs, fmt.Sprintf("synchronous mode %q is not FULL, EXTRA or NORMAL", mode))
+			c.Fail("synchronous mode %q is not FULL, EXTRA or NORMAL", mode)
 		}
 	})
 }
@@ -128,23 +101,19 @@ func Synchronous(mode string) Option {
 // were in a process of its own (tests use it to exercise the cross-process
 // wake-up within one test binary).
 func privateLocal() Option {
-	return optionFunc(func(c *config) { c.privateLocal = true })
+	return option(func(c *config) { c.privateLocal = true })
 }
 
 // resolve applies opts; open says whether they configure Open.
 func resolve(open bool, opts []Option) (config, error) {
-	cfg := defaultConfig()
+	cfg := config{Options: sqllock.DefaultOptions(), busyTimeout: DefaultBusyTimeout, synchronous: "FULL"}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
 		}
 	}
-	errs := cfg.errs
 	if !open && len(cfg.openOnly) > 0 {
-		errs = append(errs, strings.Join(cfg.openOnly, ", ")+" applies to Open only")
+		cfg.Fail("%s applies to Open only", strings.Join(cfg.openOnly, ", "))
 	}
-	if len(errs) > 0 {
-		return cfg, invalid("%s", strings.Join(errs, "; "))
-	}
-	return cfg, nil
+	return cfg, cfg.Err("sqlite")
 }

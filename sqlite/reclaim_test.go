@@ -32,7 +32,7 @@ func TestBoundedRows(t *testing.T) {
 // sweeps all the time: exclusion holds and tokens increase.
 func TestChurn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.db")
-	r, err := sqlite.Open(path)
+	r, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +59,6 @@ func TestUpgrade(t *testing.T) {
 				return nil, err
 			}
 		}
-		return sqlite.Open(path)
+		return sqlite.Open(context.Background(), path)
 	})
 }

@@ -22,11 +22,14 @@ import (
 )
 
 // Backend is a dlock backend on an SQLite database file. It is safe for
-// concurrent use; see the package doc for what it guarantees.
-type Backend struct {
-	e    *sqllock.Engine
-	desc string
-}
+// concurrent use; see the package doc for what it guarantees. Its methods
+// are those of the SQL backends' shell: [dlock.Backend],
+// [dlock.BatchRenewer], [dlock.Inspector] and [dlock.Migrator], plus
+// String, Table and Reclaim (a sweep of free rows on demand). SQLite has
+// no session mode: Session reports false and loss is never reported.
+type Backend struct{ *shell }
+
+type shell = sqllock.Backend
 
 var (
 	_ dlock.Backend      = (*Backend)(nil)
@@ -42,8 +45,8 @@ const (
 	pollMax = 25 * time.Millisecond
 )
 
-// setupTimeout bounds opening and creating the tables when the caller
-// gives no context (Open, New).
+// setupTimeout bounds New, which takes no context: checking the database
+// and creating the tables.
 const setupTimeout = 30 * time.Second
 
 // minVersion is the oldest SQLite with everything the engine uses
@@ -51,18 +54,13 @@ const setupTimeout = 30 * time.Second
 const minVersion = 3_035_000
 
 // Open opens (creating it if needed) the SQLite database file at path and
-// returns a Backend on it, with the tables created. The directory must
-// exist and the file be writable; otherwise the error names the path and
-// matches [dlock.ErrBackendUnavailable], and nothing is left open. path is
-// a file name, not a URI; ":memory:" is refused (use package mem for
-// in-process locks). Close closes the database.
-func Open(path string, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	return open(ctx, path, opts)
-}
-
-func open(ctx context.Context, path string, opts []Option) (*Backend, error) {
+// returns a Backend on it, with the tables created. ctx bounds it; getting
+// the file into use is bounded by the connect timeout too. The directory
+// must exist and the file be writable; otherwise the error names the path
+// and matches [dlock.ErrBackendUnavailable], and nothing is left open.
+// path is a file name, not a URI; ":memory:" is refused (use package mem
+// for in-process locks). Close closes the database.
+func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	cfg, err := resolve(true, opts)
 	if err != nil {
 		return nil, err
@@ -113,7 +111,11 @@ func open(ctx context.Context, path string, opts []Option) (*Backend, error) {
 	}
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(time.Minute)
-	wctx, cancel := connect.Bound(ctx, cfg.connect)
+	timeout := dlock.DefaultConnectTimeout
+	if cfg.Connect != nil {
+		timeout = *cfg.Connect
+	}
+	wctx, cancel := connect.Bound(ctx, timeout)
 	err = setWAL(wctx, db)
 	if err != nil && wctx.Err() != nil {
 		err = fmt.Errorf("%w (%w)", err, context.Cause(wctx))
@@ -130,9 +132,8 @@ func open(ctx context.Context, path string, opts []Option) (*Backend, error) {
 	b, err := newBackend(ctx, db, key, "sqlite "+abs, cfg, feedDB, db.Close)
 	if err != nil {
 		db.Close()
-		return nil, openError(abs, "", err)
 	}
-	return b, nil
+	return b, err
 }
 
 // setWAL switches the database to WAL mode (a setting kept in the file),
@@ -162,14 +163,11 @@ func setWAL(ctx context.Context, db *sql.DB) error {
 // time under contention; SetMaxIdleConns(8) or so avoids that. For waking
 // waiters on changes by other processes, New opens one more connection to
 // the same file (through db's driver, outside db's pool) while there are
-// waiters.
+// waiters. Checking the database and creating the tables is bounded by
+// 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	return newFromDB(ctx, db, opts)
-}
-
-func newFromDB(ctx context.Context, db *sql.DB, opts []Option) (*Backend, error) {
 	if db == nil {
 		return nil, invalid("nil *sql.DB")
 	}
@@ -218,13 +216,10 @@ func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, f
 	case cfg.privateLocal:
 		local, release = newStore(feedDB)
 	default:
-		local, release = sharedStore(key+"\x00"+cfg.table, feedDB)
+		local, release = sharedStore(key+"\x00"+cfg.Table, feedDB)
 	}
-	e, err := sqllock.New(ctx, db, sqllock.SQLite, sqllock.Config{
-		Table:         cfg.table,
-		WaiterTimeout: cfg.waiterTimeout,
-		Desc:          desc,
-		Local:         local,
+	sb, err := sqllock.Start(ctx, cfg.Options, sqllock.Setup{
+		DB: db, Dialect: sqllock.SQLite, Desc: desc, Local: local,
 		OnClose: func() error {
 			err := release()
 			if onClose != nil {
@@ -237,7 +232,7 @@ func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, f
 		release()
 		return nil, err
 	}
-	return &Backend{e: e, desc: desc}, nil
+	return &Backend{sb}, nil
 }
 
 // Migrate creates the lease table, the waiters table, the fence table
@@ -250,61 +245,8 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return sqllock.Migrate(ctx, db, sqllock.SQLite, cfg.table)
+	return sqllock.Migrate(ctx, db, sqllock.SQLite, cfg.Table)
 }
-
-// Migrate creates the backend's tables if they do not exist and checks
-// them, as [Migrate] does for its database; see [dlock.Migrator].
-func (b *Backend) Migrate(ctx context.Context) error { return b.e.Migrate(ctx) }
-
-// String describes the backend: "sqlite /abs/path/file.db".
-func (b *Backend) String() string { return b.desc }
-
-// Table returns the name of the lease table.
-func (b *Backend) Table() string { return b.e.Table() }
-
-// Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
-// statement when granted.
-func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
-	return b.e.Acquire(ctx, req)
-}
-
-// Renew extends the hold h to ttl from now by the database's clock: one
-// UPDATE, checked by owner, token and expiry.
-func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
-	return b.e.Renew(ctx, h, ttl)
-}
-
-// RenewBatch renews many holds in one transaction; see [dlock.BatchRenewer].
-func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
-	return b.e.RenewBatch(ctx, rs)
-}
-
-// Release gives up one hold of h: one UPDATE, checked by owner, token and
-// expiry. It wakes the waiters of this process at once, and those of
-// other processes through their data_version poll.
-func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
-	return b.e.Release(ctx, h)
-}
-
-// Reclaim deletes now the state of every free name: lease rows that are
-// free, or expired with their holder gone, and have no waiter rows, and
-// expired waiter rows. The backend does the same within its normal
-// operations (see the package doc); Reclaim is for a sweep on demand. It
-// returns the number of lease rows deleted. Tokens stay strictly
-// increasing: a deleted row's token is kept in the fence table.
-func (b *Backend) Reclaim(ctx context.Context) (int, error) { return b.e.Reclaim(ctx) }
-
-// Inspect lists the held locks whose names start with prefix; see
-// [dlock.Inspector]. Waiters is -1 (unknown): non-fair waiters are not
-// registered in the store; Queued counts the fair waiters.
-func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
-	return b.e.Inspect(ctx, prefix)
-}
-
-// Close stops the backend's goroutine and closes the database if Open
-// opened it (not a *sql.DB given to New). It does not release held locks.
-func (b *Backend) Close() error { return b.e.Close() }
 
 // ---------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 func openFactory(path string, opts ...sqlite.Option) dlocktest.Factory {
 	return func(t testing.TB) dlock.Backend {
 		t.Helper()
-		b, err := sqlite.Open(path, opts...)
+		b, err := sqlite.Open(context.Background(), path, opts...)
 		if err != nil {
 			t.Fatalf("Open(%q): %v", path, err)
 		}
@@ -58,7 +58,7 @@ func TestConformance(t *testing.T) {
 // reclaim is the suite's hook to force a sweep of the lease table table
 // (through a Backend of its own) and count its rows.
 func reclaim(t *testing.T, path, table string) dlocktest.Option {
-	b, err := sqlite.Open(path, sqlite.Table(table))
+	b, err := sqlite.Open(context.Background(), path, sqlite.Table(table))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestOpenErrors(t *testing.T) {
 	fds := openFDs(t)
 
 	missing := filepath.Join(dir, "no", "such", "dir", "locks.db")
-	_, err := sqlite.Open(missing)
+	_, err := sqlite.Open(context.Background(), missing)
 	t.Logf("missing directory: %v", err)
 	if err == nil || !errors.Is(err, dlock.ErrBackendUnavailable) || !errors.Is(err, fs.ErrNotExist) ||
 		!strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "does not exist") {
@@ -170,7 +170,7 @@ func TestOpenErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := sqlite.Open(unwritable)
+	b, err := sqlite.Open(context.Background(), unwritable)
 	t.Logf("unwritable: %v", err)
 	if err == nil {
 		b.Close()
@@ -182,24 +182,24 @@ func TestOpenErrors(t *testing.T) {
 
 	notDir := filepath.Join(dir, "file")
 	os.WriteFile(notDir, []byte("x"), 0o644)
-	if _, err := sqlite.Open(filepath.Join(notDir, "locks.db")); err == nil || !strings.Contains(err.Error(), "not a directory") {
+	if _, err := sqlite.Open(context.Background(), filepath.Join(notDir, "locks.db")); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("Open under a regular file: %v", err)
 	}
 
 	notDB := filepath.Join(dir, "garbage.db")
 	os.WriteFile(notDB, []byte(strings.Repeat("this is not a database\n", 200)), 0o644)
-	if _, err := sqlite.Open(notDB); err == nil || !strings.Contains(err.Error(), notDB) || !errors.Is(err, dlock.ErrBackendUnavailable) {
+	if _, err := sqlite.Open(context.Background(), notDB); err == nil || !strings.Contains(err.Error(), notDB) || !errors.Is(err, dlock.ErrBackendUnavailable) {
 		t.Errorf("Open of a file that is not a database: %v", err)
 	} else {
 		t.Logf("not a database: %v", err)
 	}
 
 	for _, bad := range []string{"", ":memory:", "file:x.db?mode=memory"} {
-		if _, err := sqlite.Open(bad); !errors.Is(err, dlock.ErrInvalidOption) {
+		if _, err := sqlite.Open(context.Background(), bad); !errors.Is(err, dlock.ErrInvalidOption) {
 			t.Errorf("Open(%q): %v, want ErrInvalidOption", bad, err)
 		}
 	}
-	if _, err := sqlite.Open(filepath.Join(dir, "x.db"), sqlite.Table("bad-name")); !errors.Is(err, dlock.ErrInvalidOption) {
+	if _, err := sqlite.Open(context.Background(), filepath.Join(dir, "x.db"), sqlite.Table("bad-name")); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("Open with a bad table name: %v, want ErrInvalidOption", err)
 	}
 	if after := openFDs(t); after > fds {
@@ -325,7 +325,7 @@ func TestTables(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.db")
 	var cs []*dlock.Client
 	for _, table := range []string{"a_locks", "b_locks"} {
-		b, err := sqlite.Open(path, sqlite.Table(table))
+		b, err := sqlite.Open(context.Background(), path, sqlite.Table(table))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,7 +413,7 @@ func TestProcessKilled(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 
-	b, err := sqlite.Open(path)
+	b, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +471,7 @@ func TestChild(t *testing.T) {
 			opts = append(opts, dlock.Fair())
 		}
 		iters, _ := strconv.Atoi(job[4])
-		b, err := sqlite.Open(job[2])
+		b, err := sqlite.Open(context.Background(), job[2])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -499,7 +499,7 @@ func TestChild(t *testing.T) {
 			}
 		}
 	case "hold": // hold DB: take the lock and wait to be killed
-		b, err := sqlite.Open(job[1])
+		b, err := sqlite.Open(context.Background(), job[1])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -553,7 +553,7 @@ func TestConcurrentFirstOpen(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := sqlite.Open(path, sqlite.PrivateLocal(), sqlite.Table("first_open"))
+			b, err := sqlite.Open(context.Background(), path, sqlite.PrivateLocal(), sqlite.Table("first_open"))
 			if err != nil {
 				t.Errorf("Open %d: %v", i, err)
 				return

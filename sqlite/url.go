@@ -3,12 +3,10 @@ package sqlite
 import (
 	"context"
 	"net/url"
-	"sort"
-	"strings"
-	"time"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/sqllock"
+	"github.com/dlock-dev/dlock/internal/urlq"
 )
 
 func init() {
@@ -17,72 +15,51 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return open(ctx, path, opts)
+		return Open(ctx, path, opts...)
 	})
 }
 
 // ParseURL returns the file path and the options of an "sqlite" URL (see
-// the package doc for its forms). Errors match [dlock.ErrInvalidOption].
+// the package doc for its forms). Its parameters are table,
+// waiter_timeout, connect_timeout, busy_timeout (a Go duration) and
+// synchronous; any other, or one given twice, is an error matching
+// [dlock.ErrInvalidOption], as every bad value is.
 func ParseURL(u *url.URL) (path string, opts []Option, err error) {
 	const forms = "want sqlite:///abs/path.db, sqlite:rel/path.db or sqlite://./rel/path.db"
+	q := urlq.Parse("sqlite", u)
 	switch {
 	case u.Scheme != "sqlite":
-		return "", nil, invalid("URL scheme %q is not sqlite", u.Scheme)
+		return "", nil, q.Errorf("scheme %q is not sqlite", u.Scheme)
 	case u.User != nil:
-		return "", nil, invalid("URL %q has user information; %s", u.Redacted(), forms)
+		return "", nil, q.Errorf("has user information; %s", forms)
 	case u.Fragment != "":
-		return "", nil, invalid("URL %q has a fragment; %s", u.Redacted(), forms)
+		return "", nil, q.Errorf("has a fragment; %s", forms)
 	case u.Opaque != "":
 		path, err = url.PathUnescape(u.Opaque)
 		if err != nil {
-			return "", nil, invalid("URL %q: %v", u.Redacted(), err)
+			return "", nil, q.Errorf("%v", err)
 		}
 	case u.Host == "":
 		path = u.Path
 	case u.Host == "." || u.Host == "..":
 		path = u.Host + u.Path
 	default:
-		return "", nil, invalid("URL %q names host %q: the database is a local file; %s", u.Redacted(), u.Host, forms)
+		return "", nil, q.Errorf("names host %q: the database is a local file; %s", u.Host, forms)
 	}
 	if path == "" || path == "/" {
-		return "", nil, invalid("URL %q has no file path; %s", u.Redacted(), forms)
+		return "", nil, q.Errorf("has no file path; %s", forms)
 	}
-	q := u.Query()
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
+	for _, set := range sqllock.URLParams(q, false) {
+		opts = append(opts, shared(set))
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		vs := q[k]
-		if len(vs) != 1 {
-			return "", nil, invalid("URL parameter %s is given %d times", k, len(vs))
-		}
-		v := vs[0]
-		switch k {
-		case "table":
-			opts = append(opts, Table(v))
-		case "synchronous":
-			opts = append(opts, Synchronous(v))
-		case "busy_timeout", "waiter_timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return "", nil, invalid("URL parameter %s=%q is not a duration such as 5s or 500ms", k, v)
-			}
-			if k == "busy_timeout" {
-				opts = append(opts, BusyTimeout(d))
-			} else {
-				opts = append(opts, WaiterTimeout(d))
-			}
-		case connect.Param:
-			d, err := connect.ParseTimeout(v)
-			if err != nil {
-				return "", nil, invalid("URL parameter %v", err)
-			}
-			opts = append(opts, ConnectTimeout(d))
-		default:
-			return "", nil, invalid("unknown URL parameter %q (known: %s)", k, strings.Join([]string{"busy_timeout", connect.Param, "synchronous", "table", "waiter_timeout"}, ", "))
-		}
+	if d, ok := q.Duration("busy_timeout"); ok {
+		opts = append(opts, BusyTimeout(d))
+	}
+	if v, ok := q.String("synchronous"); ok {
+		opts = append(opts, Synchronous(v))
+	}
+	if _, err := q.Done(nil); err != nil {
+		return "", nil, err
 	}
 	return path, opts, nil
 }

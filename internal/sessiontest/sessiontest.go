@@ -1,6 +1,8 @@
-// Package sessiontest holds the fault scenarios of the SQL backends'
-// session mode (postgres.Session, mysql.Session), run by each backend's
-// tests against a real server of its own through an [Env].
+// Package sessiontest holds the fault scenarios of the SQL server
+// backends (postgres, mysql), run by each backend's tests against a real
+// server of its own: those of session mode (postgres.Session,
+// mysql.Session) through an [Env], those of lease-table mode through a
+// [LeaseEnv].
 package sessiontest
 
 import (

@@ -6,7 +6,9 @@
 // PostgreSQL and MySQL live in their backends' packages, so that a program
 // that uses only sqlite links neither driver. [Sessions] is session mode
 // (an advisory lock held by a dedicated connection, plus the lease row), with
-// a [SessionDialect] per database.
+// a [SessionDialect] per database. [Backend] is the shell the backends
+// embed: it chooses lease or session mode at construction ([Start]), with
+// the [Options] and URL parameters ([URLParams]) they share.
 //
 // # Tables
 //

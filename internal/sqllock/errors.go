@@ -1,24 +1,14 @@
 package sqllock
 
-import "fmt"
-
-// kindError is an error that matches a dlock sentinel (kind) without
-// repeating its text: the Client prints the kind itself ("dlock: unlock
-// "x" on sqlite /p.db: lease lost: " + this error's text), so the text is
-// only the detail.
-type kindError struct {
-	kind  error
-	cause error
-}
-
-func (e *kindError) Error() string   { return e.cause.Error() }
-func (e *kindError) Unwrap() []error { return []error{e.kind, e.cause} }
+import "github.com/dlock-dev/dlock/internal/errkind"
 
 // errorf returns an error matching kind (and any %w operands) whose text is
-// the formatted detail.
+// the formatted detail; see package errkind.
 func errorf(kind error, format string, args ...any) error {
-	return &kindError{kind: kind, cause: fmt.Errorf(format, args...)}
+	return errkind.Errorf(kind, format, args...)
 }
 
 // Errorf is errorf for the backends built on the engine.
-func Errorf(kind error, format string, args ...any) error { return errorf(kind, format, args...) }
+func Errorf(kind error, format string, args ...any) error {
+	return errkind.Errorf(kind, format, args...)
+}

@@ -98,24 +98,36 @@ const CondSQL = `{OK} AND ((l.owner = ? AND l.expires_at > {NOW})
 		AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = ? AND w.seq < ? AND w.expires_at > {NOW})))`
 
 func newStatements(d Dialect, table string) statements {
-	rebind := Bind(d, table)
-	const set, cond = SetSQL, CondSQL
-
 	var s statements
+	rebind := Bind(d, table)
+	s.grantStatements(d, rebind)
+	s.holdStatements(d, rebind)
+	s.queueStatements(d, rebind)
+	s.sweepStatements(d, rebind)
+	s.inspect = rebind(inspectSQL)
+	return s
+}
+
+// grantStatements are those of an attempt: the upsert (or ensure and
+// update) and the read of the grant.
+func (s *statements) grantStatements(d Dialect, rebind func(string) string) {
 	s.upsert = rebind(`INSERT INTO {L} AS l (name, owner, holds, token, expires_at)
 ` + NewRowSQL(d) + `
 ON CONFLICT (name) DO UPDATE SET
-	` + set + `
-WHERE ` + cond + `
+	` + SetSQL + `
+WHERE ` + CondSQL + `
 RETURNING token, holds`)
 	s.ensure = rebind(d.InsertIgnore + ` {L} (name, owner, holds, token, expires_at)
 SELECT ?, '', 0, f.mark, 0 FROM {F} f WHERE f.bucket = ` + d.Bucket("?") + `
 	AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = ? AND w.seq < ? AND w.expires_at > {NOW})`)
 	s.update = rebind(`UPDATE {L} AS l SET
-	` + set + `
-WHERE l.name = ? AND (` + cond + `)`)
+	` + SetSQL + `
+WHERE l.name = ? AND (` + CondSQL + `)`)
 	s.granted = rebind(`SELECT l.token, l.holds FROM {L} AS l WHERE l.name = ?`)
+}
 
+// holdStatements are those of a holder: release and renew.
+func (s *statements) holdStatements(d Dialect, rebind func(string) string) {
 	// owner is assigned before holds for MySQL's sake (see set).
 	release := `UPDATE {L} AS l SET
 	owner = CASE WHEN l.holds <= 1 THEN '' ELSE l.owner END,
@@ -128,7 +140,11 @@ RETURNING holds`
 	s.release = rebind(release)
 	s.renew = rebind(`UPDATE {L} AS l SET expires_at = {NOW} + ?
 WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}`)
+}
 
+// queueStatements are those of a waiter: the state of a lock, and the fair
+// queue's rows.
+func (s *statements) queueStatements(d Dialect, rebind func(string) string) {
 	// One row whether or not the lease row exists: waiter rows (fair
 	// waiters, foreign rows) may outlive a reclaimed lease row.
 	s.state = rebind(`SELECT COALESCE(l.owner, ''), COALESCE(l.token, 0), COALESCE(l.holds, 0), COALESCE(l.expires_at, 0), {NOW},
@@ -143,6 +159,13 @@ FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)
 		enqueue += ` RETURNING seq`
 	}
 	s.enqueue = rebind(enqueue)
+	s.beat = rebind(`UPDATE {W} SET expires_at = {NOW} + ? WHERE seq = ? AND expires_at > {NOW}`)
+	s.dequeue = rebind(`DELETE FROM {W} WHERE seq = ?`)
+}
+
+// sweepStatements are those of reclamation: deleting free lease rows and
+// expired waiter rows, under the fence.
+func (s *statements) sweepStatements(d Dialect, rebind func(string) string) {
 	s.sweepName = rebind(`DELETE FROM {W} WHERE name = ? AND expires_at <= {NOW}`)
 	s.releaseDelete = rebind(`DELETE FROM {L} WHERE name = ? AND owner = ? AND token = ? AND holds = 1 AND expires_at > {NOW}
 	AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = {L}.name)`)
@@ -162,10 +185,11 @@ FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)
 		s.sweepWaiters = rebind(`DELETE FROM {W} WHERE seq IN (SELECT s.seq FROM (SELECT w.seq FROM {W} w WHERE w.expires_at <= {NOW} AND {WOK} LIMIT ` +
 			strconv.Itoa(SweepBatch) + `) s)`)
 	}
-	s.beat = rebind(`UPDATE {W} SET expires_at = {NOW} + ? WHERE seq = ? AND expires_at > {NOW}`)
-	s.dequeue = rebind(`DELETE FROM {W} WHERE seq = ?`)
+}
 
-	s.inspect = rebind(`SELECT l.name, l.owner, l.token, l.holds, l.expires_at, {NOW},
+// inspectSQL lists held locks and rows that are not dlock's; see
+// statements.inspect.
+const inspectSQL = `SELECT l.name, l.owner, l.token, l.holds, l.expires_at, {NOW},
 	(SELECT COUNT(*) FROM {W} w WHERE w.name = l.name AND w.expires_at > {NOW} AND {WOK}),
 	(SELECT COUNT(*) FROM {W} w WHERE w.name = l.name AND NOT {WOK})
 FROM {L} AS l
@@ -177,9 +201,7 @@ SELECT o.name, '', 0, 0, 0, {NOW},
 	(SELECT COUNT(*) FROM {W} w WHERE w.name = o.name AND NOT {WOK})
 FROM (SELECT DISTINCT w.name FROM {W} w WHERE w.name >= ? AND NOT {WOK}) o
 WHERE NOT EXISTS (SELECT 1 FROM {L} l WHERE l.name = o.name)
-ORDER BY 1`)
-	return s
-}
+ORDER BY 1`
 
 // NewRowSQL is the SELECT that gives a new lease row (alias l) to an
 // INSERT: token its bucket's mark + 1, holds 1, and no row at all when a

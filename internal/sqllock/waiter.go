@@ -106,6 +106,34 @@ const deferDelay = 5 * time.Millisecond
 // the fair waiter ahead may have died. A fair waiter refreshes its queue
 // row every third of the waiter timeout meanwhile.
 func (w *waiter) Wait(ctx context.Context) error {
+	if err := w.start(ctx); err != nil {
+		return err
+	}
+	fallback := fallbackMin
+	p := w.pending
+	w.pending = nil
+	for {
+		look, err := w.next(ctx, p)
+		p = nil
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return nil // let the attempt report it
+		}
+		bound, ready := w.bound(look.s, &fallback)
+		if ready {
+			return nil
+		}
+		if try, err := w.sleep(ctx, bound, look.local, look.remote); try {
+			return err
+		}
+	}
+}
+
+// start checks that the waiter may wait, and subscribes to the Feed on
+// the first Wait.
+func (w *waiter) start(ctx context.Context) error {
 	if w.ended {
 		return errEnded
 	}
@@ -125,80 +153,75 @@ func (w *waiter) Wait(ctx context.Context) error {
 		}
 		w.sub = sub
 	}
-	every := w.e.wttl / 3
-	fallback := fallbackMin
-	p := w.pending
-	w.pending = nil
-	for {
-		var (
-			s             lockState
-			local, remote <-chan struct{}
-		)
-		if p != nil {
-			s, local, remote = p.s, p.local, p.remote
-			p = nil
-		} else {
-			// The channels first, then the look: a change after the look
-			// closes one of them.
-			local, remote = w.channels(w.fair)
-			if w.fair && time.Since(w.beat) >= every {
-				if err := w.heartbeat(ctx); err != nil && ctx.Err() != nil {
-					return ctx.Err()
-				}
-			}
-			var err error
-			if s, err = w.look(ctx, remote); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return nil // let the attempt report it
-			}
-		}
-		bound := time.Duration(math.MaxInt64)
-		switch {
-		case s.fault != "":
-			return nil // let the attempt report it
-		case s.mayAcquire(w.req.Owner):
-			if w.fair || !w.e.local.batonOut(w.slot) {
-				return nil
-			}
-			// Another waiter here, woken by the release, is trying:
-			// its attempt commits (which the feed reports) or fails
-			// soon.
-			bound = deferDelay
-		case s.heldByOther(w.req.Owner):
-			bound = s.remaining + time.Millisecond
-		case s.ahead > 0:
-			bound = s.aheadTTL + time.Millisecond
-		}
-		if w.fair {
-			bound = min(bound, time.Until(w.beat.Add(every)))
-		}
-		if w.sub == nil {
-			if w.fair {
-				fallback = fairDelay(time.Since(w.since))
-			}
-			bound = min(bound, fallback)
-			fallback = min(fallback*2, fallbackMax)
-		}
-		t := time.NewTimer(max(bound, 0))
-		select {
-		case <-local:
-			// A release (or a fair waiter leaving) in this process woke
-			// this waiter (and no other; see Local). A plain waiter tries
-			// at once; a fair one looks whether it is its turn.
-			if !w.fair {
-				t.Stop()
-				return nil
-			}
-		case <-remote:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-		t.Stop()
+	return nil
+}
+
+// next returns the look to decide on: p if set, else a new look, taken
+// after the channels (a change after the look closes one of them) and
+// after a fair waiter's heartbeat when one is due.
+func (w *waiter) next(ctx context.Context, p *pendingLook) (pendingLook, error) {
+	if p != nil {
+		return *p, nil
 	}
+	local, remote := w.channels(w.fair)
+	if w.fair && time.Since(w.beat) >= w.e.wttl/3 {
+		if err := w.heartbeat(ctx); err != nil && ctx.Err() != nil {
+			return pendingLook{}, ctx.Err()
+		}
+	}
+	s, err := w.look(ctx, remote)
+	return pendingLook{s: s, local: local, remote: remote}, err
+}
+
+// bound returns how long to sleep before looking again at a lock in state
+// s, or ready when an attempt may succeed now (or should report a fault).
+// fallback is the backing-off interval of a waiter without a Feed.
+func (w *waiter) bound(s lockState, fallback *time.Duration) (d time.Duration, ready bool) {
+	bound := time.Duration(math.MaxInt64)
+	switch {
+	case s.fault != "":
+		return 0, true // let the attempt report it
+	case s.mayAcquire(w.req.Owner):
+		if w.fair || !w.e.local.batonOut(w.slot) {
+			return 0, true
+		}
+		// Another waiter here, woken by the release, is trying: its
+		// attempt commits (which the feed reports) or fails soon.
+		bound = deferDelay
+	case s.heldByOther(w.req.Owner):
+		bound = s.remaining + time.Millisecond
+	case s.ahead > 0:
+		bound = s.aheadTTL + time.Millisecond
+	}
+	if w.fair {
+		bound = min(bound, time.Until(w.beat.Add(w.e.wttl/3)))
+	}
+	if w.sub == nil {
+		if w.fair {
+			*fallback = fairDelay(time.Since(w.since))
+		}
+		bound = min(bound, *fallback)
+		*fallback = min(*fallback*2, fallbackMax)
+	}
+	return max(bound, 0), false
+}
+
+// sleep waits up to d for a wake-up. try reports that Wait should return
+// (with err): ctx is done, or a release in this process woke a plain
+// waiter, which tries at once (a fair one looks whether it is its turn).
+func (w *waiter) sleep(ctx context.Context, d time.Duration, local, remote <-chan struct{}) (try bool, err error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-local:
+		// This waiter and no other was woken; see Local.
+		return !w.fair, nil
+	case <-remote:
+	case <-t.C:
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+	return false, nil
 }
 
 // look reads the lock's state for this waiter. A plain waiter shares the

@@ -1,0 +1,273 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/dur"
+)
+
+// NoSeq is the queue position of a request that is not in the fair queue:
+// behind every queued waiter.
+const NoSeq = math.MaxInt64
+
+// ttlMillis converts a TTL to whole milliseconds, rounding up, without
+// overflow.
+func ttlMillis(d time.Duration) int64 {
+	return max(dur.Ceil(d, time.Millisecond), 1)
+}
+
+func checkRequest(req dlock.Request) error {
+	switch {
+	case req.Name == "":
+		return errorf(dlock.ErrInvalidName, "empty name")
+	case req.Owner == "":
+		return errorf(dlock.ErrInvalidOption, "empty owner")
+	case req.TTL <= 0:
+		return errorf(dlock.ErrInvalidOption, "TTL %v is not positive", req.TTL)
+	}
+	return nil
+}
+
+// attempt makes one conditional grant of req for a requester at queue
+// position seq, on q (the pool, or a connection in a transaction).
+func (e *Engine) attempt(ctx context.Context, q querier, req dlock.Request, seq int64) (dlock.Grant, bool, error) {
+	ttl := ttlMillis(req.TTL)
+	if e.d.Attempt != nil {
+		return e.d.Attempt(ctx, q, e.table, req, ttl, seq)
+	}
+	var g dlock.Grant
+	if e.d.Returning {
+		args := append(NewRowArgs(req.Name, req.Owner, ttl, seq), SetArgs(req.Owner, ttl)...)
+		args = append(args, CondArgs(req.Owner, req.Name, seq)...)
+		ok, err := queryOne(ctx, q, e.q.upsert, args, &g.Token, &g.Count)
+		return g, ok, err
+	}
+	// Without RETURNING: make sure the row exists, update it on the same
+	// conditions, read the result — in one transaction.
+	run := func(c querier) (bool, error) {
+		if _, err := c.ExecContext(ctx, e.q.ensure, req.Name, req.Name, req.Name, seq); err != nil {
+			return false, err
+		}
+		args := append(SetArgs(req.Owner, ttl), req.Name)
+		args = append(args, CondArgs(req.Owner, req.Name, seq)...)
+		res, err := c.ExecContext(ctx, e.q.update, args...)
+		if err != nil {
+			return false, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return false, err
+		}
+		return queryOne(ctx, c, e.q.granted, []any{req.Name}, &g.Token, &g.Count)
+	}
+	if c, ok := q.(*sql.Conn); ok {
+		ok, err := run(c)
+		return g, ok, err
+	}
+	var ok bool
+	err := e.tx(ctx, func(c *sql.Conn) error {
+		var err error
+		ok, err = run(c)
+		return err
+	})
+	return g, ok, err
+}
+
+// lockState is a lock's state as the database saw it.
+type lockState struct {
+	exists    bool
+	owner     string
+	token     uint64
+	holds     int
+	remaining time.Duration // of the holder's lease; <= 0 when expired
+	ahead     int           // live fair waiters queued before the asker
+	aheadTTL  time.Duration // remaining life of the first of them to expire
+	fault     string        // what makes the row (or its waiter rows) foreign data; "" if none
+}
+
+// held reports whether another owner than owner holds the lock.
+func (s lockState) heldByOther(owner string) bool {
+	return s.exists && s.owner != "" && s.holds > 0 && s.remaining > 0 && s.owner != owner
+}
+
+// heldBy reports whether owner holds the lock.
+func (s lockState) heldBy(owner string) bool {
+	return s.exists && s.owner == owner && s.holds > 0 && s.remaining > 0
+}
+
+// mayAcquire reports whether an attempt by owner at queue position seq
+// could succeed.
+func (s lockState) mayAcquire(owner string) bool {
+	return s.fault == "" && (s.heldBy(owner) || !s.heldByOther(owner) && s.ahead == 0)
+}
+
+func (e *Engine) state(ctx context.Context, q querier, name string, seq int64) (lockState, error) {
+	var (
+		s        lockState
+		r        rawRow
+		now      int64
+		aheadExp sql.NullInt64
+	)
+	// The columns are read as stored and checked here (see RowOK), so that
+	// a row dlock did not write is reported, not a Scan error.
+	var exists int64
+	ok, err := queryOne(ctx, q, e.q.state, []any{seq, seq, name},
+		&r.owner, &r.token, &r.holds, &r.expires, &now, &s.ahead, &aheadExp, &r.badWaiters, &exists)
+	if err != nil || !ok {
+		return lockState{}, err
+	}
+	s.exists = exists == 1
+	s.fault = e.checkRow(r, now, &s)
+	if aheadExp.Valid {
+		s.aheadTTL = time.Duration(aheadExp.Int64-now) * time.Millisecond
+	}
+	return s, nil
+}
+
+// refusal is the error of an attempt on name refused in state s.
+func (e *Engine) refusal(name string, s lockState, owner string) error {
+	if s.fault != "" {
+		return e.foreign(name, s.fault)
+	}
+	if s.heldByOther(owner) {
+		return &dlock.HeldError{Holder: dlock.Holder{Owner: s.owner, Token: s.token, TTL: s.remaining}}
+	}
+	if s.ahead > 0 {
+		return errorf(dlock.ErrNotAcquired, "free, but %d fair waiter(s) are queued first", s.ahead)
+	}
+	return errorf(dlock.ErrNotAcquired, "taken and released by others meanwhile")
+}
+
+// try makes the attempts of a request that is not in the fair queue: when
+// an attempt is refused but the state read right after says the lock is
+// free, it tries again (a few times), so that a refusal comes with the
+// holder that caused it. It returns that state with the refusal.
+func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockState, error) {
+	var s lockState
+	for range 3 {
+		var (
+			g  dlock.Grant
+			ok bool
+		)
+		err := e.write(ctx, func(ctx context.Context) error {
+			var err error
+			g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
+			return err
+		})
+		if err != nil {
+			return dlock.Grant{}, s, e.wrap(err)
+		}
+		if ok {
+			e.local.forget(req.Name)
+			e.maybeSweep(ctx)
+			return g, s, nil
+		}
+		err = e.retry(ctx, func(ctx context.Context) error {
+			var err error
+			s, err = e.state(ctx, &e.pool, req.Name, NoSeq)
+			return err
+		})
+		if err != nil {
+			return dlock.Grant{}, s, e.wrap(err)
+		}
+		if !s.mayAcquire(req.Owner) {
+			break
+		}
+	}
+	return dlock.Grant{}, s, e.refusal(req.Name, s, req.Owner)
+}
+
+// Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
+// statement when granted. A fair request that will wait and is refused
+// then makes its attempt again and, if refused, takes its place in the
+// fair queue, in one transaction.
+func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	if err := e.checkOpen(); err != nil {
+		return dlock.Grant{}, nil, err
+	}
+	if err := checkRequest(req); err != nil {
+		return dlock.Grant{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return dlock.Grant{}, nil, err
+	}
+	if !(req.Fair && req.Wait) {
+		g, _, err := e.try(ctx, req)
+		if err != nil && req.Wait && errors.Is(err, dlock.ErrNotAcquired) {
+			return dlock.Grant{}, e.newWaiter(req, NoSeq), err
+		}
+		return g, nil, err
+	}
+	var (
+		g   dlock.Grant
+		ok  bool
+		seq int64
+		s   lockState
+	)
+	// The attempt alone first, in one statement: a free lock needs no
+	// more. Only when it is refused does the request take its place, in a
+	// transaction that tries again first.
+	err := e.write(ctx, func(ctx context.Context) error {
+		var err error
+		g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
+		return err
+	})
+	if err == nil && ok {
+		e.local.forget(req.Name)
+		e.maybeSweep(ctx)
+		return g, nil, nil
+	}
+	if err != nil {
+		return dlock.Grant{}, nil, e.wrap(err)
+	}
+	err = e.write(ctx, func(ctx context.Context) error {
+		return e.tx(ctx, func(c *sql.Conn) error {
+			var err error
+			if g, ok, err = e.attempt(ctx, c, req, NoSeq); err != nil || ok {
+				return err
+			}
+			if s, err = e.state(ctx, c, req.Name, NoSeq); err != nil {
+				return err
+			}
+			if s.fault != "" {
+				return e.foreign(req.Name, s.fault) // rolled back: nothing queued
+			}
+			seq, err = e.enqueue(ctx, c, req)
+			return err
+		})
+	})
+	switch {
+	case err != nil:
+		return dlock.Grant{}, nil, e.wrap(err)
+	case ok:
+		e.local.forget(req.Name)
+		return g, nil, nil
+	}
+	return dlock.Grant{}, e.newWaiter(req, seq), e.refusal(req.Name, s, req.Owner)
+}
+
+// enqueue adds req to the end of the fair queue, sweeping out the waiters
+// of its name that died, and returns its sequence number.
+func (e *Engine) enqueue(ctx context.Context, c querier, req dlock.Request) (int64, error) {
+	if _, err := c.ExecContext(ctx, e.q.sweepName, req.Name); err != nil {
+		return 0, err
+	}
+	args := []any{req.Name, req.Owner, ttlMillis(e.wttl)}
+	var seq int64
+	if e.d.Returning {
+		ok, err := queryOne(ctx, c, e.q.enqueue, args, &seq)
+		if err == nil && !ok {
+			err = errors.New("INSERT … RETURNING seq returned no row")
+		}
+		return seq, err
+	}
+	res, err := c.ExecContext(ctx, e.q.enqueue, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
+}

@@ -1,0 +1,133 @@
+package sqllock
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/urlq"
+)
+
+// Options are the options every SQL backend shares. Each backend's
+// package has an Option type of its own whose constructors (Table,
+// WaiterTimeout, Session, NoMigrate, ConnectTimeout) forward to the
+// setters below, which record a bad value for [Options.Err].
+type Options struct {
+	Table         string
+	WaiterTimeout time.Duration
+	Session       bool
+	NoMigrate     bool
+	Connect       *time.Duration // nil: the DSN's, else dlock.DefaultConnectTimeout
+
+	errs []string
+}
+
+// DefaultOptions returns the options before any is applied.
+func DefaultOptions() Options { return Options{Table: DefaultTable} }
+
+// Fail records a bad option value; Err reports it.
+func (o *Options) Fail(format string, args ...any) {
+	o.errs = append(o.errs, fmt.Sprintf(format, args...))
+}
+
+// Err returns the bad values recorded, as one error matching
+// dlock.ErrInvalidOption and naming the backend; nil if there were none.
+func (o *Options) Err(backend string) error {
+	if len(o.errs) == 0 {
+		return nil
+	}
+	return Errorf(dlock.ErrInvalidOption, "%s: %s", backend, strings.Join(o.errs, "; "))
+}
+
+// SetTable sets the lease table's name (see [CheckTable]).
+func SetTable(name string) func(*Options) {
+	return func(o *Options) {
+		if err := CheckTable(name); err != nil {
+			o.Fail("%v", err)
+			return
+		}
+		o.Table = name
+	}
+}
+
+// SetWaiterTimeout sets how long a fair waiter's queue row lives without a
+// heartbeat (at least [MinWaiterTimeout]).
+func SetWaiterTimeout(d time.Duration) func(*Options) {
+	return func(o *Options) {
+		if d < MinWaiterTimeout {
+			o.Fail("waiter timeout %v is below the minimum %v", d, MinWaiterTimeout)
+			return
+		}
+		o.WaiterTimeout = d
+	}
+}
+
+// SetSession chooses session mode (true) or lease-table mode.
+func SetSession(on bool) func(*Options) { return func(o *Options) { o.Session = on } }
+
+// SetNoMigrate makes the backend only check its tables (true) instead of
+// creating them.
+func SetNoMigrate(no bool) func(*Options) { return func(o *Options) { o.NoMigrate = no } }
+
+// SetConnectTimeout bounds connecting (0: no limit but the context's).
+func SetConnectTimeout(d time.Duration) func(*Options) {
+	return func(o *Options) {
+		if d < 0 {
+			o.Fail("connect timeout %v is negative", d)
+			return
+		}
+		o.Connect = &d
+	}
+}
+
+// URLParams reads the URL parameters the SQL backends share: table,
+// waiter_timeout and connect_timeout, and with modes also mode=lease|session
+// and migrate=true|false. It returns their setters in that order.
+func URLParams(q *urlq.Query, modes bool) []func(*Options) {
+	var sets []func(*Options)
+	if v, ok := q.String("table"); ok {
+		sets = append(sets, SetTable(v))
+	}
+	if d, ok := q.Duration("waiter_timeout"); ok {
+		sets = append(sets, SetWaiterTimeout(d))
+	}
+	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
+		sets = append(sets, SetConnectTimeout(d))
+	}
+	if !modes {
+		return sets
+	}
+	if session, ok := urlq.Parsed(q, "mode", ParseMode); ok {
+		sets = append(sets, SetSession(session))
+	}
+	if no, ok := urlq.Parsed(q, "migrate", ParseMigrate); ok {
+		sets = append(sets, SetNoMigrate(no))
+	}
+	return sets
+}
+
+// ParseMode parses the mode parameter of a backend's URL: "lease" (or
+// empty) is lease-table mode, "session" session mode.
+func ParseMode(name string) (session bool, err error) {
+	switch name {
+	case "lease", "":
+		return false, nil
+	case "session":
+		return true, nil
+	}
+	return false, fmt.Errorf("mode %q is not \"lease\" or \"session\"", name)
+}
+
+// ParseMigrate parses the migrate parameter of a backend's URL: "true"
+// (create the tables if missing) or "false" (only check them; see
+// Config.NoMigrate). It returns whether the tables are only checked.
+func ParseMigrate(v string) (noMigrate bool, err error) {
+	create, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("migrate=%q is not true or false", v)
+	}
+	return !create, nil
+}

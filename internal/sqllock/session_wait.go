@@ -1,0 +1,304 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// sessionWaiter is a waiting acquisition in session mode: a connection of
+// its own that waits in the server for the advisory lock. Like every
+// dlock.Waiter it is used by one goroutine at a time.
+type sessionWaiter struct {
+	s   *Sessions
+	req dlock.Request
+	key any
+
+	c      *sql.Conn
+	info   ConnInfo
+	locked bool       // c holds the advisory lock
+	lockCh chan error // the result of the Lock statement in flight; nil if none
+	// interrupted says an interrupt may still be on its way to c: c must
+	// not run another statement and is closed when the waiter ends.
+	interrupted bool
+	// remaining is the lease left to the row's holder when c held the
+	// advisory lock but the row was refused.
+	remaining time.Duration
+	// sub and changed (taken before the last grant attempt) report the
+	// changes that other connections commit, when the engine has a Feed:
+	// a row refused to the holder of the advisory lock may be freed by a
+	// hold that lives on the row only.
+	sub      Subscription
+	changed  <-chan struct{}
+	fallback time.Duration // without a Feed: the next delay of looking again
+	ended    bool
+}
+
+// attempt makes an attempt on the waiter's connection (taking one if it
+// has none): the grant on the row if c holds the advisory lock, else the
+// first attempt; if that is refused and the request waits, the Lock
+// statement starts and attempt returns once the server has queued it.
+func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
+	s := w.s
+	if w.lockCh != nil {
+		return dlock.Grant{}, errorf(dlock.ErrNotAcquired, "still waiting in the server")
+	}
+	if w.c == nil || w.interrupted {
+		if w.c != nil {
+			w.s.discard(w.c)
+			w.c, w.interrupted = nil, false
+		}
+		c, info, err := s.take(ctx)
+		if err != nil {
+			return dlock.Grant{}, s.e.wrap(err)
+		}
+		w.c, w.info, w.locked = c, info, false
+	}
+	sent := time.Now()
+	var (
+		g       dlock.Grant
+		granted bool
+		err     error
+	)
+	// A statement that writes is seen through, not interrupted by ctx:
+	// a grant made on the server and lost to a cancellation would stay
+	// on the row until its TTL ran out. Only a server that does not
+	// answer within InterruptGrace after ctx ended is given up on (see
+	// Engine.seeThrough); the connection is then discarded, which frees
+	// its advisory lock.
+	wctx, done := s.e.seeThrough(ctx)
+	if w.locked {
+		if w.sub != nil {
+			w.changed = w.sub.Changed()
+		}
+		g, granted, err = s.e.attempt(wctx, w.c, w.req, NoSeq)
+	} else {
+		w.locked, g, granted, err = s.d.First(wctx, w.c, &w.info, s.e.table, w.key, w.req, ttlMillis(w.req.TTL))
+	}
+	err = done(err)
+	if err != nil {
+		w.s.discard(w.c)
+		w.c, w.locked = nil, false
+		return dlock.Grant{}, s.e.wrap(err)
+	}
+	if granted {
+		c := w.c
+		w.c = nil
+		if !w.locked {
+			// Re-entered the row of a hold whose lock another connection
+			// carries.
+			giveBack(c)
+			g.Handle = &sessionHandle{}
+			return g, nil
+		}
+		w.locked = false
+		s.e.local.forget(w.req.Name)
+		return s.newSession(w.req, w.key, c, w.info, g, sent)
+	}
+	st, err := s.e.state(ctx, &s.e.pool, w.req.Name, NoSeq)
+	if err != nil {
+		return dlock.Grant{}, s.e.wrap(err)
+	}
+	refused := s.e.refusal(w.req.Name, st, w.req.Owner)
+	if w.locked {
+		// The advisory lock is ours but the row is not free: its holder's
+		// connection died (or it is a lease-mode holder) and its lease
+		// has not run out. Wait for that by the database's clock.
+		w.remaining = st.remaining
+		return dlock.Grant{}, refused
+	}
+	if !w.req.Wait {
+		return dlock.Grant{}, refused
+	}
+	if err := w.startLock(ctx); err != nil {
+		return dlock.Grant{}, err
+	}
+	return dlock.Grant{}, refused
+}
+
+// startLock starts the Lock statement on c and returns once the server
+// has queued it (or it finished), so that waiters queue in the order of
+// their Acquire calls.
+func (w *sessionWaiter) startLock(ctx context.Context) error {
+	s := w.s
+	if w.info.ID == 0 && s.d.ConnID != nil {
+		id, err := s.d.ConnID(ctx, w.c)
+		if err != nil {
+			return s.e.wrap(err)
+		}
+		w.info.ID = id
+	}
+	ch := make(chan error, 1)
+	c, key, info, ttl := w.c, w.key, w.info, ttlMillis(w.req.TTL)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errorf(dlock.ErrClosed, "%s backend is closed", s.e.d.Name)
+	}
+	s.waiting[w] = func() { s.interrupt(info) }
+	s.bg.Add(1)
+	s.mu.Unlock()
+	w.lockCh = ch
+	go func() {
+		defer s.bg.Done()
+		err := s.d.Lock(context.Background(), c, key, ttl)
+		s.mu.Lock()
+		delete(s.waiting, w)
+		s.mu.Unlock()
+		ch <- err
+	}()
+	delay := 500 * time.Microsecond
+	for {
+		select {
+		case err := <-ch:
+			ch <- err // for Wait
+			return nil
+		default:
+		}
+		ok, err := s.d.Queued(ctx, s.db, w.info, key)
+		if err != nil {
+			return s.e.wrap(err)
+		}
+		if ok {
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case err := <-ch:
+			t.Stop()
+			ch <- err
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		delay = min(2*delay, 20*time.Millisecond)
+	}
+}
+
+// Wait waits in the server for the advisory lock (the Lock statement that
+// the refused attempt started), or, when the connection holds it but the
+// row's previous holder's lease has not run out, for that lease's end
+// by the database's clock. It returns ctx.Err() when ctx is done; the
+// Lock statement then keeps waiting until Cancel interrupts it.
+func (w *sessionWaiter) Wait(ctx context.Context) error {
+	if w.ended {
+		return errEnded
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	switch {
+	case w.lockCh != nil:
+		select {
+		case err := <-w.lockCh:
+			w.lockCh = nil
+			if err != nil {
+				w.s.discard(w.c)
+				w.c = nil
+				return w.s.e.wrap(err)
+			}
+			w.locked = true
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	case w.locked:
+		// The row is held by another owner: a holder whose connection
+		// died (or a lease-mode holder) until its lease runs out, or an
+		// owner's re-entry on another Backend until it releases.
+		bound := max(w.remaining, 0) + time.Millisecond
+		if feed := w.s.e.local.feed; feed != nil {
+			if w.sub == nil {
+				sub, err := feed.Subscribe(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					return w.s.e.wrap(err)
+				}
+				w.sub = sub
+				return nil // look again, with the subscription taken first
+			}
+		} else {
+			w.fallback = min(max(2*w.fallback, fallbackMin), fallbackMax)
+			bound = min(bound, w.fallback)
+		}
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-w.changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Acquire makes the next attempt; see attempt.
+func (w *sessionWaiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	if w.ended {
+		return dlock.Grant{}, errEnded
+	}
+	if err := w.s.e.checkOpen(); err != nil {
+		return dlock.Grant{}, err
+	}
+	g, err := w.attempt(ctx)
+	if err == nil {
+		w.ended = true
+		w.close()
+	}
+	return g, err
+}
+
+// Cancel withdraws the waiter: a Lock statement still waiting is
+// interrupted, and the connection is given back to the pool only if it
+// surely holds no advisory lock — otherwise it is closed, which frees a
+// lock the server granted at the moment of the interrupt.
+func (w *sessionWaiter) Cancel(ctx context.Context) error {
+	if w.ended {
+		return nil
+	}
+	w.ended = true
+	return w.close()
+}
+
+// close ends the waiter's subscription and connection; see Cancel.
+func (w *sessionWaiter) close() error {
+	s := w.s
+	if w.sub != nil {
+		w.sub.Close()
+		w.sub, w.changed = nil, nil
+	}
+	if w.lockCh != nil {
+		w.interrupted = true
+		s.interrupt(w.info)
+		<-w.lockCh
+		w.lockCh = nil
+		w.locked = true // it may have been granted at the same moment
+	}
+	c := w.c
+	w.c = nil
+	switch {
+	case c == nil:
+	case !w.locked:
+		giveBack(c)
+	case w.interrupted:
+		// The interrupt may still be on its way and would hit the next
+		// statement: close the connection, which frees the lock.
+		s.discard(c)
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := s.d.Unlock(ctx, c, w.key); err != nil {
+			s.discard(c)
+		} else {
+			giveBack(c)
+		}
+	}
+	return nil
+}
