@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -149,9 +150,9 @@ func (k *keeper) loop() {
 				go k.release(l)
 			}
 		}
-		if len(due) > 0 {
+		for _, batch := range k.batches(due) {
 			k.work.Add(1)
-			go k.renew(now, due)
+			go k.renew(now, batch)
 		}
 		select {
 		case <-clk.After(next.Sub(now)):
@@ -162,6 +163,46 @@ func (k *keeper) loop() {
 			return
 		}
 	}
+}
+
+// renewBatchMax bounds the renewals of one BatchRenewer call.
+const renewBatchMax = 1024
+
+// batches divides the due leases into the renewal calls to make: one for
+// a backend that cannot batch (renew runs its leases one by one), else
+// calls of at most renewBatchMax leases in deadline order. A call is bound
+// by its earliest deadline, so one call for 100,000 leases, slow to send,
+// was cut off by its most urgent lease and every lease in it retried
+// (seen under load: all lost); calls by deadline keep that to the leases
+// whose time is really short.
+func (k *keeper) batches(due []*Lease) [][]*Lease {
+	if len(due) == 0 {
+		return nil
+	}
+	if k.c.batch == nil || len(due) <= renewBatchMax {
+		return [][]*Lease{due}
+	}
+	type byDeadline struct {
+		l *Lease
+		d time.Time
+	}
+	ds := make([]byDeadline, len(due))
+	for i, l := range due {
+		l.mu.Lock()
+		ds[i] = byDeadline{l, l.deadline}
+		l.mu.Unlock()
+	}
+	slices.SortFunc(ds, func(a, b byDeadline) int { return a.d.Compare(b.d) })
+	for i := range ds {
+		due[i] = ds[i].l
+	}
+	var out [][]*Lease
+	for len(due) > 0 {
+		n := min(len(due), renewBatchMax)
+		out = append(out, due[:n:n])
+		due = due[n:]
+	}
+	return out
 }
 
 type tickResult int
