@@ -150,9 +150,9 @@ func (k *keeper) loop() {
 				go k.release(l)
 			}
 		}
-		for _, batch := range k.batches(due) {
-			k.work.Add(1)
-			go k.renew(now, batch)
+		if batches := k.batches(due); len(batches) > 0 {
+			k.work.Add(len(batches))
+			go k.renewAll(now, batches)
 		}
 		select {
 		case <-clk.After(next.Sub(now)):
@@ -203,6 +203,35 @@ func (k *keeper) batches(due []*Lease) [][]*Lease {
 		due = due[n:]
 	}
 	return out
+}
+
+// renewCallsMax bounds the batched renewal calls in flight at once, so
+// that the goroutines of a pass stay few however many leases are held.
+const renewCallsMax = 4
+
+// renewAll makes the renewal calls of one pass, the most urgent first, at
+// most renewCallsMax at once.
+func (k *keeper) renewAll(now time.Time, batches [][]*Lease) {
+	if len(batches) == 1 {
+		k.renew(now, batches[0])
+		return
+	}
+	next := make(chan []*Lease)
+	var wg sync.WaitGroup
+	for range min(len(batches), renewCallsMax) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range next {
+				k.renew(now, b)
+			}
+		}()
+	}
+	for _, b := range batches {
+		next <- b
+	}
+	close(next)
+	wg.Wait()
 }
 
 type tickResult int
