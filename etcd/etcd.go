@@ -30,15 +30,7 @@ const DefaultPrefix = "dlock"
 // URL): [dlock.DefaultConnectTimeout].
 const DefaultDialTimeout = dlock.DefaultConnectTimeout
 
-func init() {
-	dlock.Register("etcd", func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-		addr, opts, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, addr, opts...)
-	})
-}
+func init() { connect.Register([]string{"etcd"}, ParseURL, Open) }
 
 // ParseURL returns the endpoints and options of an "etcd" URL:
 //

@@ -19,14 +19,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// Backend is a dlock backend on a MySQL or MariaDB lease table. It is
-// safe for concurrent use; see the package doc for what it guarantees. Its
-// methods are those of the SQL backends' shell: [dlock.Backend],
-// [dlock.BatchRenewer], [dlock.Inspector], [dlock.Migrator],
-// [dlock.LossReporter] and [dlock.TTLLimiter] (in session mode twice the
-// server's wait_timeout, at most [dlock.MaxTTL]), plus String, Table,
-// Session (whether it is in session mode) and Reclaim (a sweep of free
-// rows on demand).
+// Backend is a dlock backend on a MySQL or MariaDB lease table, safe for
+// concurrent use. It has the SQL shell's methods: those of the interfaces
+// below, plus String, Table, Session and Reclaim (MaxTTL: see the package
+// doc, "Maximum TTL").
 type Backend struct{ *shell }
 
 type shell = sqllock.Backend

@@ -1,26 +1,16 @@
 package mysql
 
 import (
-	"context"
 	"net/url"
 	"strings"
 
-	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/dlock-dev/dlock/internal/urlq"
 	"github.com/go-sql-driver/mysql"
 )
 
-func init() {
-	dlock.Register("mysql", func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-		dsn, opts, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, dsn, opts...)
-	})
-}
+func init() { connect.Register([]string{"mysql"}, ParseURL, Open) }
 
 // ParseURL translates a mysql:// URL into the driver's DSN and the
 // backend's options:

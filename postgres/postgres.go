@@ -19,12 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// Backend is a dlock backend on a PostgreSQL lease table. It is safe for
-// concurrent use; see the package doc for what it guarantees. Its methods
-// are those of the SQL backends' shell: [dlock.Backend],
-// [dlock.BatchRenewer], [dlock.Inspector], [dlock.Migrator] and
-// [dlock.LossReporter], plus String, Table, Session (whether it is in
-// session mode) and Reclaim (a sweep of free rows on demand).
+// Backend is a dlock backend on a PostgreSQL lease table, safe for
+// concurrent use. It has the SQL shell's methods: those of the interfaces
+// below, plus String, Table, Session and Reclaim.
 type Backend struct{ *shell }
 
 type shell = sqllock.Backend

@@ -1,26 +1,15 @@
 package postgres
 
 import (
-	"context"
 	"net/url"
 	"strings"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/dlock-dev/dlock/internal/urlq"
 )
 
-func init() {
-	for _, scheme := range []string{"postgres", "postgresql"} {
-		dlock.Register(scheme, func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-			dsn, opts, err := ParseURL(u)
-			if err != nil {
-				return nil, err
-			}
-			return Open(ctx, dsn, opts...)
-		})
-	}
-}
+func init() { connect.Register([]string{"postgres", "postgresql"}, ParseURL, Open) }
 
 // ParseURL splits a postgres:// or postgresql:// URL into the pgx
 // connection string and the backend's options. The URL is libpq's

@@ -100,31 +100,7 @@ func (c *keyCache) get(name string) *keys {
 // ASCII control bytes become %XX; everything else (including UTF-8) is kept.
 // The encoding works byte by byte, so the encoding of a prefix of a name is
 // a prefix of the encoding of the name.
-func encodeName(name string) string {
-	n := 0
-	for i := 0; i < len(name); i++ {
-		if escapeByte(name[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return name
-	}
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	b.Grow(len(name) + 2*n)
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if escapeByte(c) {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		} else {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
+func encodeName(name string) string { return redisconn.Escape(name, escapeByte) }
 
 func escapeByte(c byte) bool {
 	switch c {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisconn"
 )
 
 // Defaults of the options.
@@ -39,19 +40,11 @@ type config struct {
 	dial           dialConfig
 }
 
-func defaultConfig() config {
-	return config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout,
-		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
-}
-
 // newConfig applies opts to the defaults.
 func newConfig(opts []Option) config {
-	c := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
-		}
-	}
+	c := config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout,
+		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
+	redisconn.Apply(&c, opts, Option.apply)
 	return c
 }
 

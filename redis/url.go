@@ -21,17 +21,7 @@ import (
 // schemes are the URL schemes the package registers with dlock.Register.
 var schemes = []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"}
 
-func init() {
-	for _, s := range schemes {
-		dlock.Register(s, func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-			addr, opts, err := ParseURL(u)
-			if err != nil {
-				return nil, err
-			}
-			return Open(ctx, addr, opts...)
-		})
-	}
-}
+func init() { connect.Register(schemes, ParseURL, Open) }
 
 // ParseURL returns the address and options of a Redis URL, for [Open].
 // The forms are:

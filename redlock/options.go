@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redisconn"
 )
 
 // An Option configures a [Backend].
@@ -90,19 +91,11 @@ const (
 	DefaultDriftFactor = 0.01
 )
 
-func defaultConfig() config {
-	return config{prefix: DefaultKeyPrefix, nodeTimeout: DefaultNodeTimeout, drift: DefaultDriftFactor,
-		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
-}
-
 // newConfig applies opts to the defaults.
 func newConfig(opts []Option) config {
-	c := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
-		}
-	}
+	c := config{prefix: DefaultKeyPrefix, nodeTimeout: DefaultNodeTimeout, drift: DefaultDriftFactor,
+		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
+	redisconn.Apply(&c, opts, Option.apply)
 	return c
 }
 
@@ -150,29 +143,7 @@ func DriftFactor(f float64) Option {
 }
 
 // encodeName escapes a lock name for use inside a hash tag: { } % and
-// ASCII control bytes become %XX (the same encoding as package redis).
+// ASCII control bytes become %XX (package redis also escapes glob characters).
 func encodeName(name string) string {
-	esc := func(c byte) bool { return c == '{' || c == '}' || c == '%' || c < 0x20 || c == 0x7f }
-	n := 0
-	for i := 0; i < len(name); i++ {
-		if esc(name[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return name
-	}
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if esc(c) {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		} else {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
+	return redisconn.Escape(name, func(c byte) bool { return c == '{' || c == '}' || c == '%' || c < 0x20 || c == 0x7f })
 }

@@ -16,17 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-func init() {
-	for _, s := range []string{"redlock", "redlocks"} {
-		dlock.Register(s, func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-			addr, opts, err := ParseURL(u)
-			if err != nil {
-				return nil, err
-			}
-			return Open(ctx, addr, opts...)
-		})
-	}
-}
+func init() { connect.Register([]string{"redlock", "redlocks"}, ParseURL, Open) }
 
 // ParseURL returns the masters and options of a redlock URL, for [Open].
 // The form is

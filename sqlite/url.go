@@ -1,23 +1,14 @@
 package sqlite
 
 import (
-	"context"
 	"net/url"
 
-	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/dlock-dev/dlock/internal/urlq"
 )
 
-func init() {
-	dlock.Register("sqlite", func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-		path, opts, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, path, opts...)
-	})
-}
+func init() { connect.Register([]string{"sqlite"}, ParseURL, Open) }
 
 // ParseURL returns the file path and the options of an "sqlite" URL (see
 // the package doc for its forms). Its parameters are table,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,17 +16,7 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-func init() {
-	open := func(ctx context.Context, u *url.URL) (dlock.Backend, error) {
-		addr, opts, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		return Open(ctx, addr, opts...)
-	}
-	dlock.Register("zk", open)
-	dlock.Register("zookeeper", open)
-}
+func init() { connect.Register([]string{"zk", "zookeeper"}, ParseURL, Open) }
 
 // Backend is a dlock.Backend on a ZooKeeper ensemble. It is safe for
 // concurrent use. Its locks live in one ZooKeeper session: the session of

@@ -20,10 +20,7 @@ type LeaseEnv struct {
 	TerminateAll func(t *testing.T) int
 	// Server is the server's process, killed and restarted on the same
 	// data by ServerRestart.
-	Server interface {
-		Kill() error
-		Restart() error
-	}
+	Server Server
 }
 
 // RunLease runs every lease-mode scenario as a subtest, each on a server
@@ -130,20 +127,7 @@ func ConnectionsTerminated(t *testing.T, env LeaseEnv) {
 func ServerRestart(t *testing.T, env LeaseEnv) {
 	ctx := context.Background()
 	a, b := env.client(t), env.client(t)
-	var leases []*dlock.Lease
-	for i := range 5 {
-		l, err := a.Mutex(fmt.Sprint("restart", i), dlock.TTL(2*time.Second)).Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases = append(leases, l)
-	}
-	if err := env.Server.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Server.Restart(); err != nil {
-		t.Fatal(err)
-	}
+	leases := lockAndRestart(t, a, env.Server, "restart", 5)
 	// The holder may or may not have kept its leases through the outage
 	// (2s TTL); either way it releases what it holds, and each lock is
 	// then free for b, with a higher token.

@@ -32,10 +32,35 @@ type Env struct {
 	Query func(t *testing.T, query string) string
 	// Server is the server's process, killed and restarted on the same
 	// data by Restart.
-	Server interface {
-		Kill() error
-		Restart() error
+	Server Server
+}
+
+// Server is a database server's process.
+type Server interface {
+	Kill() error
+	Restart() error
+}
+
+// lockAndRestart takes n locks, named prefix and 0 to n-1, with a 2s TTL
+// on c, then kills and restarts srv while they are held.
+func lockAndRestart(t *testing.T, c *dlock.Client, srv Server, prefix string, n int) []*dlock.Lease {
+	t.Helper()
+	ctx := context.Background()
+	var leases []*dlock.Lease
+	for i := range n {
+		l, err := c.Mutex(fmt.Sprint(prefix, i), dlock.TTL(2*time.Second)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
 	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	return leases
 }
 
 // Run runs every scenario as a subtest, each on a server of its own
@@ -137,20 +162,7 @@ func Cut(t *testing.T, env Env) {
 func Restart(t *testing.T, env Env) {
 	ctx := context.Background()
 	a, b := env.Client(t), env.Client(t)
-	var leases []*dlock.Lease
-	for i := range 3 {
-		l, err := a.Mutex(fmt.Sprint("sess-restart", i), dlock.TTL(2*time.Second)).Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases = append(leases, l)
-	}
-	if err := env.Server.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Server.Restart(); err != nil {
-		t.Fatal(err)
-	}
+	leases := lockAndRestart(t, a, env.Server, "sess-restart", 3)
 	for i, l := range leases {
 		name := fmt.Sprint("sess-restart", i)
 		select {

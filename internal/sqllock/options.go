@@ -42,6 +42,19 @@ func (o *Options) Err(backend string) error {
 	return Errorf(dlock.ErrInvalidOption, "%s: %s", backend, strings.Join(o.errs, "; "))
 }
 
+// Resolve applies a backend's options, skipping nil ones, to
+// [DefaultOptions] and returns them with [Options.Err]. apply is the
+// backend's Option.apply (a method expression).
+func Resolve[O any](backend string, opts []O, apply func(O, *Options)) (Options, error) {
+	o := DefaultOptions()
+	for _, opt := range opts {
+		if any(opt) != nil { // O is an interface: a nil one has no apply
+			apply(opt, &o)
+		}
+	}
+	return o, o.Err(backend)
+}
+
 // SetTable sets the lease table's name (see [CheckTable]).
 func SetTable(name string) func(*Options) {
 	return func(o *Options) {
