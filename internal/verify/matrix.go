@@ -162,7 +162,7 @@ func writeTable(w io.Writer, mc MatrixConfig, rows []MatrixRow, started time.Tim
 			versions[r.Kind] = r.Version
 		}
 	}
-	fmt.Fprintf(w, "Servers (started by the command on loopback):\n\n")
+	fmt.Fprintf(w, "Servers (started by the command on loopback; ZooKeeper and etcd ensembles with each member in a network namespace of its own where that can be made, for server-cut):\n\n")
 	for _, k := range mc.Kinds {
 		if v, ok := versions[k]; ok {
 			fmt.Fprintf(w, "- %s: %s\n", k, v)
