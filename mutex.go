@@ -42,6 +42,11 @@ func (m *Mutex) Name() string { return m.name }
 // once the store answers again (for an owner made for this Lock, on a
 // backend that implements [Inspector]); otherwise it expires with its TTL.
 //
+// Lock never returns a lease that is already over: a grant whose answer
+// arrives after the validity the client can promise (the store stalled
+// longer than the TTL, as in a failover) is renewed first, and if it was
+// lost meanwhile Lock waits again (TryLock reports [ErrNotAcquired]).
+//
 // If the backend cannot be reached on the first attempt, Lock returns an
 // error matching [ErrBackendUnavailable] at once. Once it is waiting, it
 // rides out such errors (a server restart, an election), trying again with
@@ -93,7 +98,24 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	defer stop()
 
 	q := acquisition{m: m, a: calls{c: c, limit: limit, ctx: ctx, name: m.name, key: key, owner: owner, fresh: fresh}}
-	g, err := q.run(Request{Name: key, Owner: owner, TTL: m.cfg.ttl, Fair: m.cfg.fair, Wait: wait})
+	req := Request{Name: key, Owner: owner, TTL: m.cfg.ttl, Fair: m.cfg.fair, Wait: wait}
+	g, err := q.run(req)
+	for lost := 0; err == nil; lost++ {
+		late := q.freshen(g)
+		switch {
+		case late == nil:
+		case wait && errors.Is(late, ErrLeaseLost) && lost < lateRenewals:
+			g, err = q.run(req) // granted too late and lost since: wait again
+			continue
+		case wait && errors.Is(late, ErrLeaseLost):
+			return fail(ErrBackendUnavailable, fmt.Errorf("%w: %d grants in a row arrived after the TTL; the TTL is too short for this store", ErrBackendUnavailable, lost+1))
+		case errors.Is(late, ErrLeaseLost):
+			return fail(ErrNotAcquired, late)
+		default:
+			return fail(kindOf(late), late)
+		}
+		break
+	}
 	if err != nil {
 		return fail(q.abandon(err))
 	}
@@ -210,6 +232,47 @@ func (q *acquisition) attempt() (Grant, error) {
 		q.sent = q.sent.Add(-g.Age)
 	}
 	return g, err
+}
+
+// lateRenewals bounds how often freshen renews a grant that keeps coming
+// back already over, and how often Lock waits again after such a grant was
+// lost.
+const lateRenewals = 3
+
+var errLateGrant = errors.New("granted after the TTL had passed")
+
+// freshen renews a grant whose answer arrived after its validity was over
+// (the store stalled longer than the TTL, as in a failover or an election):
+// Lock never returns a lease that is over before the caller sees it. A
+// store that answers every renewal that late is an error, and the hold is
+// released in the background.
+func (q *acquisition) freshen(g Grant) error {
+	c, ttl := q.m.c, q.m.cfg.ttl
+	h := Hold{Name: q.a.key, Owner: q.a.owner, Token: g.Token, Handle: g.Handle}
+	valid := func() bool {
+		return c.cfg.clock.Now().Before(q.sent.Add(time.Duration(float64(ttl) * (1 - c.cfg.drift))))
+	}
+	var err error
+	for i := 0; i < lateRenewals && !valid(); i++ {
+		q.sent = c.cfg.clock.Now()
+		if err = renewBounded(c, q.a.limit, q.a.ctx, h, ttl); errors.Is(err, ErrLeaseLost) {
+			return fmt.Errorf("%w (%v), and lost before it could be renewed: %w", errLateGrant, ttl, err)
+		}
+	}
+	if err == nil && valid() {
+		return nil
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		c.b.Release(ctx, h)
+	}()
+	if err == nil {
+		err = fmt.Errorf("%w: the store answered %d renewals after the TTL (%v) had passed; the TTL is too short for this store", ErrBackendUnavailable, lateRenewals, ttl)
+	}
+	return err
 }
 
 // abandon undoes what a failed acquisition may have left behind — a grant

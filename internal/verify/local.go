@@ -253,6 +253,25 @@ func (l *Local) apply(kind string, ttl time.Duration) (string, error) {
 	return what, errors.Join(errs...)
 }
 
+// ready brings every server of the store back before the next run: one
+// left paused is resumed, one left dead is restarted, and each must pass
+// its readiness check. A fault's restart that failed must not turn into
+// the next run's "cannot open".
+func (l *Local) ready() error {
+	var errs []error
+	for _, p := range l.servers {
+		switch {
+		case p.Paused():
+			errs = append(errs, p.Resume(), p.WaitReady())
+		case p.Running():
+			errs = append(errs, p.WaitReady())
+		default:
+			errs = append(errs, p.Restart())
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // failover kills the Sentinel group's master, waits until the Sentinel
 // promotes the replica, and brings the old master back as its replica.
 func (l *Local) failover() (string, error) {

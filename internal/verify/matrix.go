@@ -32,7 +32,8 @@ type MatrixConfig struct {
 type MatrixRow struct {
 	Kind, Fault, Version string
 	Fenced, Unfenced     *Report
-	Err                  error
+	Err                  error // the fenced run did not run
+	UnfencedErr          error // the unfenced run did not run
 }
 
 // faultsFor lists the faults a kind can take.
@@ -136,15 +137,23 @@ func runKind(ctx context.Context, mc MatrixConfig, kind string) []MatrixRow {
 				fmt.Fprintf(cfg.Progress, "verify matrix: %s × %s\n", kind, name)
 				cfg.Progress = nil // one line per run, not per second
 			}
-			rep, err := Run(ctx, cfg)
-			if err != nil {
-				row.Err = err
-				break
+			var rep *Report
+			err := l.ready()
+			if err == nil {
+				rep, err = Run(ctx, cfg)
 			}
-			if fence {
+			switch {
+			case err != nil && fence:
+				row.Err = err
+			case err != nil:
+				row.UnfencedErr = err
+			case fence:
 				row.Fenced = rep
-			} else {
+			default:
 				row.Unfenced = rep
+			}
+			if row.Err != nil {
+				break
 			}
 		}
 		rows = append(rows, row)
@@ -188,6 +197,9 @@ to the next grant.
 		res := r.Fenced.Result
 		outside := res.Labelled(CheckPromise) + res.Labelled(CheckOrder) + res.Labelled(CheckFence)
 		unfenced := "–"
+		if r.UnfencedErr != nil {
+			unfenced = "not run: " + strings.ReplaceAll(r.UnfencedErr.Error(), "|", "/")
+		}
 		if r.Unfenced != nil {
 			unfenced = fmt.Sprintf("%.2f%%", 100*r.Unfenced.Result.LostUpdateRate())
 		}

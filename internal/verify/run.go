@@ -202,7 +202,8 @@ type runner struct {
 	armed   string // a fault waiting for the next READ
 	busy    bool   // a fault is in progress
 	stopped bool
-	waits   sync.WaitGroup
+	waits   sync.WaitGroup // worker processes
+	applied sync.WaitGroup // faults still being applied
 }
 
 func (r *runner) run(ctx context.Context) (*Report, error) {
@@ -225,6 +226,10 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		}
 	}
 	r.schedule(ctx, res)
+	r.mu.Lock()
+	r.armed = "" // no new fault once the schedule ended
+	r.mu.Unlock()
+	r.applied.Wait()
 	r.stopAll()
 	res.Close()
 	rep.Elapsed = time.Since(rep.Started)
@@ -410,27 +415,20 @@ func (r *runner) onRead(worker, pid int) {
 		t := Now()
 		cmd.Process.Signal(syscall.SIGKILL)
 		r.record(Fault{Kind: FaultKill, Worker: worker, Start: t, End: t})
-		go func() {
-			// Leaves r.busy set until the new worker started.
-			r.startWorker(r.resAddr)
-			r.mu.Lock()
-			r.busy = false
-			r.mu.Unlock()
-		}()
+		// r.busy stays set until the new worker started.
+		r.inProgress(func() { r.startWorker(r.resAddr) })
 	case FaultLatency, FaultDrop, FaultCut, FaultSlowWrite:
-		go func() {
+		r.inProgress(func() {
 			t := Now()
+			f := Fault{Kind: kind, Worker: worker, Start: t}
 			if err := r.net.apply(worker, kind, r.cfg.TTL); err != nil {
-				r.record(Fault{Kind: kind, Worker: worker, Start: t, End: Now(), Label: "not applied: " + err.Error()})
-			} else {
-				r.record(Fault{Kind: kind, Worker: worker, Start: t, End: Now()})
+				f.Label = "not applied: " + err.Error()
 			}
-			r.mu.Lock()
-			r.busy = false
-			r.mu.Unlock()
-		}()
+			f.End = Now()
+			r.record(f)
+		})
 	case FaultServerPause, FaultServerKill, FaultServerCut, FaultFailover:
-		go func() {
+		r.inProgress(func() {
 			t := Now()
 			what, err := r.cfg.Local.apply(kind, r.cfg.TTL)
 			f := Fault{Kind: kind, Worker: -1, Start: t, End: Now(), Label: what}
@@ -441,22 +439,32 @@ func (r *runner) onRead(worker, pid int) {
 				f.Outside, f.Label = true, why
 			}
 			r.record(f)
-			r.mu.Lock()
-			r.busy = false
-			r.mu.Unlock()
-		}()
+		})
 	case FaultPause:
 		t := Now()
 		cmd.Process.Signal(syscall.SIGSTOP)
-		go func() {
+		r.inProgress(func() {
 			time.Sleep(pause)
 			cmd.Process.Signal(syscall.SIGCONT)
 			r.record(Fault{Kind: FaultPause, Worker: worker, Start: t, End: Now()})
-			r.mu.Lock()
-			r.busy = false
-			r.mu.Unlock()
-		}()
+		})
 	}
+}
+
+// inProgress runs the rest of a fault (a pause's SIGCONT, a server's
+// restart) in the background and clears r.busy when it is done. The run
+// waits for it before it stops: a run must not end with a server still
+// killed or a failover under way, or the next run on the same servers
+// starts against a store that is not there.
+func (r *runner) inProgress(f func()) {
+	r.applied.Add(1)
+	go func() {
+		defer r.applied.Done()
+		f()
+		r.mu.Lock()
+		r.busy = false
+		r.mu.Unlock()
+	}()
 }
 
 func (r *runner) record(f Fault) {
