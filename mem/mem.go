@@ -86,9 +86,8 @@ type lock struct {
 	count   int
 	token   uint64
 	expires time.Time
-	changed chan struct{} // closed when the lock frees or the queue head leaves
-	queue   []*waiter     // fair waiters in arrival order
-	others  int           // waiting non-fair requests, counted for Inspect
+	queue   []*waiter // fair waiters in arrival order
+	others  []*waiter // non-fair waiters in arrival order
 }
 
 // NewStore returns an empty store.
@@ -155,7 +154,7 @@ func (b *Backend) Close() error { return nil }
 func (s *Store) get(name string) *lock {
 	l := s.locks[name]
 	if l == nil {
-		l = &lock{name: name, idx: -1, changed: make(chan struct{})}
+		l = &lock{name: name, idx: -1}
 		s.locks[name] = l
 	}
 	return l
@@ -176,7 +175,7 @@ func (s *Store) free(l *lock) {
 	if l.idx >= 0 {
 		heap.Remove(&s.holds, l.idx)
 	}
-	l.signal()
+	l.wakeFirst()
 }
 
 // expire sets the end of the hold of l. s.mu is held.
@@ -226,14 +225,34 @@ func (h *expHeap) Pop() any {
 	return l
 }
 
-func (l *lock) signal() {
-	close(l.changed)
-	l.changed = make(chan struct{})
+// first is the waiter a change of the lock concerns: the head of the fair
+// queue, else the earliest non-fair waiter. Only it is woken when the lock
+// frees, and only it watches the holder's expiry, so a release costs one
+// wake-up however many wait (no herd).
+func (l *lock) first() *waiter {
+	switch {
+	case len(l.queue) > 0:
+		return l.queue[0]
+	case len(l.others) > 0:
+		return l.others[0]
+	}
+	return nil
+}
+
+// wakeFirst wakes the first waiter: to try (the lock is free) or to watch
+// the expiry of a hold it is now first for.
+func (l *lock) wakeFirst() {
+	if w := l.first(); w != nil {
+		select {
+		case w.wake <- struct{}{}:
+		default: // already woken
+		}
+	}
 }
 
 // tidy forgets a lock state that holds nothing. s.mu is held.
 func (s *Store) tidy(name string, l *lock) {
-	if l.owner == "" && len(l.queue) == 0 && l.others == 0 {
+	if l.owner == "" && len(l.queue) == 0 && len(l.others) == 0 {
 		delete(s.locks, name)
 	}
 }
@@ -260,7 +279,7 @@ func (s *Store) try(req dlock.Request, w *waiter, now time.Time) (dlock.Grant, e
 	if w != nil && len(l.queue) > 0 {
 		l.queue = l.queue[1:]
 		w.queued = false
-		l.signal() // waiters look again: the lock is taken, and the queue has a new head
+		l.wakeFirst() // the new first watches the new hold's expiry
 	}
 	s.tokens++
 	l.owner, l.count, l.token = req.Owner, 1, s.tokens
@@ -294,7 +313,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 		// that it cannot pass those already waiting.
 		l := s.get(req.Name)
 		if len(l.queue) > 0 || s.heldLocked(l, time.Now()) && l.owner != req.Owner {
-			w = &waiter{s: s, req: req, queued: true}
+			w = &waiter{s: s, req: req, queued: true, wake: make(chan struct{}, 1)}
 			l.queue = append(l.queue, w)
 		}
 	}
@@ -305,8 +324,9 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 			return dlock.Grant{}, nil, err
 		}
 		if w == nil {
-			w = &waiter{s: s, req: req, counted: true}
-			s.get(req.Name).others++
+			w = &waiter{s: s, req: req, counted: true, wake: make(chan struct{}, 1)}
+			l := s.get(req.Name)
+			l.others = append(l.others, w)
 		}
 		return dlock.Grant{}, w, err
 	}
@@ -317,9 +337,10 @@ type waiter struct {
 	s      *Store
 	req    dlock.Request
 	queued bool
-	// counted says that a non-fair waiter is in its lock's others count;
-	// it leaves it when granted or cancelled.
+	// counted says that a non-fair waiter is in its lock's others; it
+	// leaves them when granted or cancelled.
 	counted bool
+	wake    chan struct{} // a token when the waiter should look again
 }
 
 // Wait blocks until the lock changes or its holder's TTL runs out: it is
@@ -336,9 +357,9 @@ func (w *waiter) Wait(ctx context.Context) error {
 		s.mu.Unlock()
 		return ctx.Err()
 	}
-	ch := l.changed
+	ch := w.wake
 	var left time.Duration = -1
-	if l.owner != "" {
+	if l.owner != "" && l.first() == w {
 		left = l.expires.Sub(now)
 	}
 	s.mu.Unlock()
@@ -377,9 +398,16 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 
 // uncount takes a non-fair waiter out of its lock's count. s.mu is held.
 func (w *waiter) uncount() {
-	if w.counted {
-		w.counted = false
-		w.s.get(w.req.Name).others--
+	if !w.counted {
+		return
+	}
+	w.counted = false
+	l := w.s.get(w.req.Name)
+	if i := slices.Index(l.others, w); i >= 0 {
+		l.others = slices.Delete(l.others, i, i+1)
+		if i == 0 {
+			l.wakeFirst() // the new first watches the expiry, or tries
+		}
 	}
 }
 
@@ -402,7 +430,7 @@ func (w *waiter) Cancel(context.Context) error {
 	if i := slices.Index(l.queue, w); i >= 0 {
 		l.queue = slices.Delete(l.queue, i, i+1)
 		if i == 0 {
-			l.signal()
+			l.wakeFirst()
 		}
 	}
 	s.tidy(w.req.Name, l)
@@ -515,7 +543,7 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 			s.tidy(name, l)
 			continue
 		}
-		out = append(out, dlock.LockInfo{Name: name, Owner: l.owner, Token: l.token, Count: l.count, TTL: l.expires.Sub(now), Waiters: len(l.queue) + l.others})
+		out = append(out, dlock.LockInfo{Name: name, Owner: l.owner, Token: l.token, Count: l.count, TTL: l.expires.Sub(now), Waiters: len(l.queue) + len(l.others)})
 	}
 	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
