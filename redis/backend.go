@@ -23,7 +23,6 @@ import (
 type Backend struct {
 	rdb     goredis.UniversalClient
 	cluster *goredis.ClusterClient // set for a Cluster
-	ring    *goredis.Ring          // set for a Ring
 	owned   bool                   // Close closes rdb
 	desc    string
 	cfg     config
@@ -50,8 +49,10 @@ var (
 )
 
 // New returns a backend on rdb: a *redis.Client (also one made by
-// redis.NewFailoverClient for Sentinel), a *redis.ClusterClient or a
-// *redis.Ring of the go-redis v9 package. The backend does not take rdb
+// redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient of the
+// go-redis v9 package. A *redis.Ring is refused with ErrInvalidOption: it
+// shards pub/sub connections by channel, and the backend's waiters share
+// one connection for all locks. The backend does not take rdb
 // over: Close leaves it open, and the caller closes it after the backend.
 // The backend opens one pub/sub connection of its own through rdb, the
 // first time a Lock has to wait, shared by all its waiters.
@@ -89,11 +90,8 @@ func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 		b.cluster = c
 		b.desc = "redis cluster " + strings.Join(c.Options().Addrs, ",")
 	case *goredis.Ring:
-		b.ring = c
+		cfg.errs = append(cfg.errs, "a *redis.Ring is not supported (its pub/sub is per shard, and the backend's waiters share one connection); use a *redis.Client per server or a *redis.ClusterClient")
 		b.desc = "redis ring"
-		if cfg.replicas > 0 {
-			cfg.errs = append(cfg.errs, "WaitReplicas is not available on a Ring")
-		}
 	default:
 		b.desc = "redis"
 	}
@@ -106,11 +104,8 @@ func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 	b.mux = newMux(b)
 	b.batch = newBatcher(b)
 	b.keys.prefix = cfg.prefix
-	switch {
-	case b.cluster != nil:
+	if b.cluster != nil {
 		b.keys.fence = fenceSlot
-	case b.ring != nil:
-		b.keys.fence = fenceName
 	}
 	b.wtArg = millis(cfg.waiterTimeout)
 	b.peers = joinPeers(b.desc)

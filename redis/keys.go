@@ -37,10 +37,6 @@ const (
 	// the first decimal number (0, 1, 2, ...) whose slot is the lock's:
 	// at most 16384 keys, whatever the number of names.
 	fenceSlot
-	// fenceName: one key per name, PREFIX:{enc}:fence (a Ring, which
-	// places keys by its own hash of the tag, so no shared key is sure to
-	// be on the lock's shard). It is never reclaimed.
-	fenceName
 )
 
 func newKeys(prefix, name string, mode fenceMode) *keys {
@@ -58,8 +54,6 @@ func newKeys(prefix, name string, mode fenceMode) *keys {
 		k.fence = prefix + ":fence"
 	case fenceSlot:
 		k.fence = prefix + ":fence:{" + redisconn.SlotTag(k.slot) + "}"
-	case fenceName:
-		k.fence = base + ":fence"
 	}
 	k.all = [4]any{k.lock, k.queue, k.timeouts, k.fence}
 	return k

@@ -13,7 +13,7 @@ import (
 const batchSize = 256
 
 // RenewBatch renews many holds: on a single server (or Sentinel master) in
-// one script call per 256 holds, on a Cluster or Ring in one script call per
+// one script call per 256 holds, on a Cluster in one script call per
 // slot, sent as one pipeline (one round trip per node).
 func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	errs := make([]error, len(rs))
@@ -56,10 +56,10 @@ type renewCall struct {
 }
 
 // renewCalls groups the renewals into script calls of at most batchSize:
-// all together on one server, by slot on a Cluster or Ring.
+// all together on one server, by slot on a Cluster.
 func (b *Backend) renewCalls(rs []dlock.Renewal) []renewCall {
 	var groups [][]int
-	if b.cluster == nil && b.ring == nil {
+	if b.cluster == nil {
 		all := make([]int, len(rs))
 		for i := range all {
 			all[i] = i
