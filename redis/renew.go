@@ -86,7 +86,7 @@ func (b *Backend) renewCalls(rs []dlock.Renewal) []renewCall {
 			c := renewCall{idx: g[:n]}
 			for _, i := range c.idx {
 				r := rs[i]
-				c.keys = append(c.keys, b.keysOf(r.Hold).lock)
+				c.keys = append(c.keys, b.keysOf(r.Hold).lock())
 				c.args = append(c.args, r.Hold.Owner, strconv.FormatUint(r.Hold.Token, 10), millis(r.TTL))
 			}
 			calls = append(calls, c)
@@ -109,7 +109,7 @@ func (b *Backend) renewedErr(r dlock.Renewal, code int64, acks int, reply any) e
 	case 0:
 		return fmt.Errorf("%w: token %d is no longer the holder's", dlock.ErrLeaseLost, r.Hold.Token)
 	case -1:
-		return fmt.Errorf("%w: key %q is not a hash", ErrForeignData, b.keysOf(r.Hold).lock)
+		return fmt.Errorf("%w: key %q is not a hash", ErrForeignData, b.keysOf(r.Hold).lock())
 	default:
 		return fmt.Errorf("redis: unexpected reply %v from the batch renew script", reply)
 	}

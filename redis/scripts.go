@@ -4,6 +4,8 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strconv"
+
+	"github.com/dlock-dev/dlock/internal/redisconn"
 )
 
 // script is a Lua script and its SHA1, for EVALSHA.
@@ -191,13 +193,7 @@ elseif f < 0 or f % 1 ~= 0 then
 elseif f >= `+maxTokenLua+` then
   return foreign('token f is at the top of the range (`+maxTokenLua+`, the largest integer a Lua number holds exactly): no later token can be given')
 end
-if cur[1] then
-  local n = tonumber(cur[2])
-  if not n or n < 1 or n % 1 ~= 0 then return foreign('count n of a hold is not a positive integer') end
-  if not tonumber(cur[5]) then return foreign('expiry x of a hold is not a number') end
-elseif cur[2] then
-  return foreign('count n without an owner o')
-end
+`+redisconn.HoldCheckLua("cur[1]", "cur[2]", "cur[5]")+`
 if cur[6] and not tonumber(cur[6]) or cur[7] and not tonumber(cur[7]) then
   return foreign('queue length w or waiter hint s is not a number')
 end
