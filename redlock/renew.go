@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -119,6 +120,10 @@ func (b *Backend) renewOn(ctx context.Context, i int, keys []string, args []any)
 			}
 		case error:
 			out[j] = b.foreign(r, keys[2*j], i)
+			if strings.HasPrefix(r.Error(), "WRONGTYPE") {
+				out[j] = fmt.Errorf("%w: a key of %q on master %s holds another type than dlock keeps there; nothing was changed",
+					dlock.ErrForeignData, keys[2*j], b.addrs[i])
+			}
 		default:
 			out[j] = fmt.Errorf("redlock: unexpected answer %v from the renew script on master %s", r, b.addrs[i])
 		}

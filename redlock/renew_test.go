@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/testserver"
+	"github.com/dlock-dev/dlock/redlock"
 )
 
 // scriptCalls returns the script calls (EVALSHA and EVAL) master s ran
@@ -71,6 +73,49 @@ func TestBatchRenewal(t *testing.T) {
 	for _, l := range held {
 		if err := l.Unlock(ctx); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestBatchRenewalForeign: in one batch, a hold whose key holds foreign
+// data on one master of three is still renewed by the other two, one with
+// foreign data on two masters is lost (and says which key), and the other
+// holds of the batch are renewed.
+func TestBatchRenewalForeign(t *testing.T) {
+	g := testserver.RedisN(t, 3)
+	b := open(t, g, "")
+	ctx := ctxT(t, time.Minute)
+	var rs []dlock.Renewal
+	for _, name := range []string{"ok", "one", "two"} {
+		gr, _, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: "o-" + name, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, dlock.Renewal{Hold: dlock.Hold{Name: name, Owner: "o-" + name, Token: gr.Token, Handle: gr.Handle}, TTL: time.Minute})
+	}
+	plant := func(node int, name string) {
+		t.Helper()
+		key := redlock.LockKey(b, name)
+		if _, err := g.Node(node).Do(ctx, "DEL", key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Node(node).Do(ctx, "SET", key, "not a lock"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant(0, "one")
+	plant(0, "two")
+	plant(1, "two")
+	errs := b.RenewBatch(ctx, rs)
+	if errs[0] != nil || errs[1] != nil {
+		t.Errorf("RenewBatch: %v for the clean hold and %v for the hold with one foreign key, want nil", errs[0], errs[1])
+	}
+	if !errors.Is(errs[2], dlock.ErrLeaseLost) || !strings.Contains(errs[2].Error(), redlock.LockKey(b, "two")) {
+		t.Errorf("RenewBatch of the hold with foreign data on 2 of 3 masters: %v, want ErrLeaseLost naming its key", errs[2])
+	}
+	for i := range 3 {
+		if v, err := g.Node(i).Do(ctx, "GET", redlock.LockKey(b, "two")); i < 2 && (err != nil || v != "not a lock") {
+			t.Errorf("master %d: the foreign key is now %v (%v), want it untouched", i, v, err)
 		}
 	}
 }
