@@ -84,7 +84,7 @@ func newScript(name, src string) *script {
 // it (or that holds a count, token or expiry that is not a number) is
 // foreign data: the acquire script refuses it with DLOCKFOREIGN and
 // changes nothing.
-const MaxToken = 1<<53 - 1
+const MaxToken = redisconn.MaxToken
 
 // maxTokenLua is MaxToken in the scripts.
 var maxTokenLua = strconv.FormatInt(MaxToken, 10)
@@ -110,8 +110,8 @@ local h, q, qt, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function fenceOf(v)
   if not v then return 0 end
   local n = tonumber(v)
-  if not n or n < 0 or n % 1 ~= 0 or n >= ` + maxTokenLua + ` then
-    return false, redis.error_reply('DLOCKFOREIGN fence key ' .. fk .. ' does not hold a token (a non-negative integer below ` + maxTokenLua + `)')
+  if not ` + redisconn.TokenLua("n") + ` then
+    return false, ` + redisconn.FenceErrorLua("fk") + `
   end
   return n
 end
@@ -146,7 +146,7 @@ end
 var acquireFast = `
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local hw = tonumber(redis.call('GET', KEYS[4]) or 0)
-  if hw and hw >= 0 and hw % 1 == 0 and hw < ` + maxTokenLua + ` then
+  if ` + redisconn.TokenLua("hw") + ` then
     local t = redis.call('TIME')
     local exp = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
     local tok = math.max(hw + 1, t[1] * 1000000 + t[2])
@@ -348,7 +348,7 @@ local cur = redis.call('HMGET', KEYS[1], 'o', 'n', 'f', 'x', 'w', 's')
 if cur[1] == ARGV[1] and cur[3] == ARGV[2] and cur[2] == '1' and not cur[5] and not cur[6] then
   local hw, f = tonumber(redis.call('GET', KEYS[4]) or 0), tonumber(cur[3])
   local t = redis.call('TIME')
-  if hw and hw >= 0 and hw % 1 == 0 and hw < ` + maxTokenLua + ` and f and (tonumber(cur[4]) or 0) > t[1] * 1000 + math.floor(t[2] / 1000) then
+  if ` + redisconn.TokenLua("hw") + ` and f and (tonumber(cur[4]) or 0) > t[1] * 1000 + math.floor(t[2] / 1000) then
     if f > hw then redis.call('SET', KEYS[4], cur[3]) end
     redis.call('DEL', KEYS[1])
     return 1

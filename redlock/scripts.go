@@ -44,7 +44,7 @@ import (
 // f is at it (or whose hash holds a count, fence or expiry that is not a
 // number) holds foreign data: the acquire script refuses it with
 // DLOCKFOREIGN before any write.
-const MaxToken = 1<<53 - 1
+const MaxToken = redisconn.MaxToken
 
 // maxTokenLua is MaxToken in the scripts.
 var maxTokenLua = strconv.FormatInt(MaxToken, 10)
@@ -67,8 +67,8 @@ local h, fk = KEYS[1], KEYS[#KEYS]
 local hwv = redis.call('GET', fk)
 local hw = tonumber(hwv or '0')
 local bad = false
-if not hw or hw < 0 or hw % 1 ~= 0 or hw >= ` + maxTokenLua + ` then
-  bad = redis.error_reply('DLOCKFOREIGN fence key ' .. fk .. ' does not hold a token (a non-negative integer below ` + maxTokenLua + `)')
+if not ` + redisconn.TokenLua("hw") + ` then
+  bad = ` + redisconn.FenceErrorLua("fk") + `
 end
 local function raise(v)
   if v and v > hw then
@@ -247,8 +247,8 @@ local function renew(h, fk, owner, tok, x, gid)
   local hwv = redis.pcall('GET', fk)
   if type(hwv) == 'table' then return hwv end
   local hw = tonumber(hwv or '0')
-  if not hw or hw < 0 or hw % 1 ~= 0 or hw >= ` + maxTokenLua + ` then
-    return redis.error_reply('DLOCKFOREIGN fence key ' .. fk .. ' does not hold a token (a non-negative integer below ` + maxTokenLua + `)')
+  if not ` + redisconn.TokenLua("hw") + ` then
+    return ` + redisconn.FenceErrorLua("fk") + `
   end
   local cur = redis.pcall('HMGET', h, 'o', 'f', 'x')
   if cur.err then return cur end
