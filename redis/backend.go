@@ -23,7 +23,6 @@ import (
 type Backend struct {
 	rdb     goredis.UniversalClient
 	cluster *goredis.ClusterClient // set for a Cluster
-	ring    *goredis.Ring          // set for a Ring
 	owned   bool                   // Close closes rdb
 	desc    string
 	cfg     config
@@ -50,8 +49,10 @@ var (
 )
 
 // New returns a backend on rdb: a *redis.Client (also one made by
-// redis.NewFailoverClient for Sentinel), a *redis.ClusterClient or a
-// *redis.Ring of the go-redis v9 package. The backend does not take rdb
+// redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient of the
+// go-redis v9 package. A *redis.Ring is refused with ErrInvalidOption: it
+// shards pub/sub connections by channel, and the backend's waiters share
+// one connection for all locks. The backend does not take rdb
 // over: Close leaves it open, and the caller closes it after the backend.
 // The backend opens one pub/sub connection of its own through rdb, the
 // first time a Lock has to wait, shared by all its waiters.
@@ -89,11 +90,8 @@ func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 		b.cluster = c
 		b.desc = "redis cluster " + strings.Join(c.Options().Addrs, ",")
 	case *goredis.Ring:
-		b.ring = c
+		cfg.errs = append(cfg.errs, "a *redis.Ring is not supported (its pub/sub is per shard, and the backend's waiters share one connection); use a *redis.Client per server or a *redis.ClusterClient")
 		b.desc = "redis ring"
-		if cfg.replicas > 0 {
-			cfg.errs = append(cfg.errs, "WaitReplicas is not available on a Ring")
-		}
 	default:
 		b.desc = "redis"
 	}
@@ -106,11 +104,8 @@ func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 	b.mux = newMux(b)
 	b.batch = newBatcher(b)
 	b.keys.prefix = cfg.prefix
-	switch {
-	case b.cluster != nil:
+	if b.cluster != nil {
 		b.keys.fence = fenceSlot
-	case b.ring != nil:
-		b.keys.fence = fenceName
 	}
 	b.wtArg = millis(cfg.waiterTimeout)
 	b.peers = joinPeers(b.desc)
@@ -196,6 +191,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	}
 	w := &waiter{b: b, k: b.keys.get(req.Name), req: req, rid: b.peers.newID(), mode: modeTry, hint: -1}
 	if req.Wait {
+		w.ch = w.k.channel()
 		w.mode = modeWait
 		if req.Fair {
 			w.mode = modeFair
@@ -271,7 +267,7 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	if granted != nil {
 		tok, err := parseToken(granted)
 		if err != nil {
-			return dlock.Grant{}, fmt.Errorf("redis: bad token %v in %s: %w", granted, k.lock, err)
+			return dlock.Grant{}, fmt.Errorf("redis: bad token %v in %s: %w", granted, k.lock(), err)
 		}
 		if b.cfg.replicas > 0 && acked < b.cfg.replicas {
 			b.giveBack(ctx, k, w.req.Owner, tok)
@@ -340,7 +336,7 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 	// could not tell.
 	var cand *waiter
 	if b.cfg.replicas == 0 {
-		if cand = b.peers.fair.first(k.lock); cand != nil {
+		if cand = b.peers.fair.first(k.lock()); cand != nil {
 			args = append(args, cand.rid, cand.req.Owner, b.ttlMillis(cand.req.TTL))
 		}
 	}
@@ -354,7 +350,7 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 	}
 	if err != nil {
 		if uncertain(err) {
-			b.peers.fair.wakeLock(k.lock)
+			b.peers.fair.wakeLock(k.lock())
 		}
 		return nil, err
 	}
@@ -481,7 +477,7 @@ func (b *Backend) fail(k *keys, err error) error {
 	switch {
 	case strings.Contains(msg, "DLOCKFOREIGN"):
 		_, why, _ := strings.Cut(msg, "DLOCKFOREIGN ")
-		return fmt.Errorf("%w: key %q holds data that dlock did not write (%s); nothing was changed", ErrForeignData, k.lock, why)
+		return fmt.Errorf("%w: key %q holds data that dlock did not write (%s); nothing was changed", ErrForeignData, k.lock(), why)
 	case strings.Contains(msg, "WRONGTYPE"):
 		return b.foreign(k, err)
 	}
@@ -493,7 +489,7 @@ func (b *Backend) fail(k *keys, err error) error {
 func (b *Backend) foreign(k *keys, cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	want := []struct{ key, typ string }{{k.lock, "hash"}, {k.queue, "list"}, {k.timeouts, "zset"}, {k.fence, "string"}}
+	want := []struct{ key, typ string }{{k.lock(), "hash"}, {k.queue(), "list"}, {k.timeouts(), "zset"}, {k.fence(), "string"}}
 	p := b.rdb.Pipeline()
 	cmds := make([]*goredis.StatusCmd, len(want))
 	for i, w := range want {
@@ -505,7 +501,7 @@ func (b *Backend) foreign(k *keys, cause error) error {
 			return fmt.Errorf("%w: key %q holds a %s where dlock keeps a %s; nothing was changed", ErrForeignData, w.key, t, w.typ)
 		}
 	}
-	return fmt.Errorf("%w: a key of %q holds another type; nothing was changed: %w", ErrForeignData, k.lock, cause)
+	return fmt.Errorf("%w: a key of %q holds another type; nothing was changed: %w", ErrForeignData, k.lock(), cause)
 }
 
 // millis converts d to whole milliseconds, rounding up so that the store

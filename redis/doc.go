@@ -61,9 +61,7 @@
 // expire: on a single server or a Sentinel-managed master one key,
 // PREFIX:fence; on a Cluster one per slot in use, PREFIX:fence:{TAG} (TAG
 // is the smallest decimal number whose CRC16 falls in the slot), so at
-// most 16384 whatever the number of names; on a Ring, which places keys by
-// its own hash of the tag, one key per name, PREFIX:{NAME}:fence, which is
-// never reclaimed. A hash written by a dlock version before reclamation
+// most 16384 whatever the number of names. A hash written by a dlock version before reclamation
 // has no expiry: it goes at its next release.
 //
 // An uncontended Lock or TryLock is one command, and so is Unlock. A

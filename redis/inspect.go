@@ -15,9 +15,9 @@ import (
 )
 
 // Inspect lists the locks held whose names start with prefix, with a SCAN
-// over the backend's key pattern (on every master of a Cluster, every shard
-// of a Ring). Waiters is -1 (unknown): the lock's queue has the fair
-// waiters only (Queued counts them), and non-fair ones are known only to their processes, so a
+// over the backend's key pattern (on every master of a Cluster). Waiters
+// is -1 (unknown): the lock's queue has the fair waiters only (Queued
+// counts them), and non-fair ones are known only to their processes, so a
 // count would leave them out.
 func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	if err := b.ready(ctx); err != nil {
@@ -37,12 +37,10 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 	switch {
 	case b.cluster != nil:
 		err = b.cluster.ForEachMaster(ctx, scan)
-	case b.ring != nil:
-		err = b.ring.ForEachShard(ctx, scan)
 	default:
 		c, ok := b.rdb.(*goredis.Client)
 		if !ok {
-			return nil, fmt.Errorf("redis: Inspect needs a *redis.Client, *redis.ClusterClient or *redis.Ring, not %T", b.rdb)
+			return nil, fmt.Errorf("redis: Inspect needs a *redis.Client or *redis.ClusterClient, not %T", b.rdb)
 		}
 		err = scan(ctx, c)
 	}

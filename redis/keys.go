@@ -19,12 +19,23 @@ import (
 //
 // and the fence key that holds the highest token granted in the lock's
 // slot (see fenceMode), which is shared by many names and never expires.
+//
+// A held lease keeps its keys (its Handle), so they are kept small: the
+// key names are only in all, ready as script arguments; the lock, queue
+// and timeouts keys are parts of one string, and on a single server every
+// lock shares the fence key's argument. The channel is made when a waiter
+// needs it.
 type keys struct {
-	lock, queue, timeouts, fence, channel string
-	slot                                  uint16
 	// all holds lock, queue, timeouts and fence as the KEYS of a script.
-	all [4]any
+	all  [4]any
+	slot uint16
 }
+
+func (k *keys) lock() string     { return k.all[0].(string) }
+func (k *keys) queue() string    { return k.all[1].(string) }
+func (k *keys) timeouts() string { return k.all[2].(string) }
+func (k *keys) fence() string    { return k.all[3].(string) }
+func (k *keys) channel() string  { return k.lock() + ":wake" }
 
 // fenceMode says where the fence key of a lock is.
 type fenceMode uint8
@@ -37,41 +48,37 @@ const (
 	// the first decimal number (0, 1, 2, ...) whose slot is the lock's:
 	// at most 16384 keys, whatever the number of names.
 	fenceSlot
-	// fenceName: one key per name, PREFIX:{enc}:fence (a Ring, which
-	// places keys by its own hash of the tag, so no shared key is sure to
-	// be on the lock's shard). It is never reclaimed.
-	fenceName
 )
 
-func newKeys(prefix, name string, mode fenceMode) *keys {
+// newKeys returns the keys of name; fenceArg, if not nil, is the fence key
+// of fenceOne as a script argument, to share.
+func newKeys(prefix, name string, mode fenceMode, fenceArg any) *keys {
 	enc := encodeName(name)
 	base := prefix + ":{" + enc + "}"
-	k := &keys{
-		lock:     base,
-		queue:    base + ":queue",
-		timeouts: base + ":timeouts",
-		channel:  base + ":wake",
-		slot:     redisconn.Slot(enc),
+	const queue, timeouts = ":queue", ":timeouts"
+	buf := base + queue + base + timeouts // one allocation for three keys
+	n := len(base)
+	k := &keys{slot: redisconn.Slot(enc)}
+	k.all[0], k.all[1], k.all[2] = buf[:n], buf[:n+len(queue)], buf[n+len(queue):]
+	switch {
+	case mode == fenceSlot:
+		k.all[3] = prefix + ":fence:{" + redisconn.SlotTag(k.slot) + "}"
+	case fenceArg != nil:
+		k.all[3] = fenceArg
+	default:
+		k.all[3] = prefix + ":fence"
 	}
-	switch mode {
-	case fenceOne:
-		k.fence = prefix + ":fence"
-	case fenceSlot:
-		k.fence = prefix + ":fence:{" + redisconn.SlotTag(k.slot) + "}"
-	case fenceName:
-		k.fence = base + ":fence"
-	}
-	k.all = [4]any{k.lock, k.queue, k.timeouts, k.fence}
 	return k
 }
 
 // keyCache keeps the keys of the lock names a Backend used last, so that
 // an acquisition of a name in use does not build them anew.
 type keyCache struct {
-	prefix string
-	fence  fenceMode
-	mu     sync.RWMutex
-	m      map[string]*keys
+	prefix   string
+	fence    fenceMode
+	fenceArg any // PREFIX:fence as a script argument, made at the first get
+	mu       sync.RWMutex
+	m        map[string]*keys
 }
 
 // keyCacheSize bounds the names a keyCache keeps; when it is full it is
@@ -81,14 +88,18 @@ const keyCacheSize = 4096
 func (c *keyCache) get(name string) *keys {
 	c.mu.RLock()
 	k := c.m[name]
+	fenceArg := c.fenceArg
 	c.mu.RUnlock()
 	if k != nil {
 		return k
 	}
-	k = newKeys(c.prefix, name, c.fence)
+	k = newKeys(c.prefix, name, c.fence, fenceArg)
 	c.mu.Lock()
 	if len(c.m) >= keyCacheSize || c.m == nil {
 		c.m = make(map[string]*keys)
+	}
+	if c.fence == fenceOne && c.fenceArg == nil {
+		c.fenceArg = k.all[3]
 	}
 	c.m[name] = k
 	c.mu.Unlock()

@@ -93,7 +93,7 @@ type handoff struct {
 func (s *waiterSet) add(w *waiter) {
 	s.mu.Lock()
 	s.m[w.rid] = w
-	s.byLock[w.k.lock] = append(s.byLock[w.k.lock], w)
+	s.byLock[w.k.lock()] = append(s.byLock[w.k.lock()], w)
 	s.mu.Unlock()
 }
 
@@ -104,14 +104,14 @@ func (s *waiterSet) remove(w *waiter) {
 		return
 	}
 	delete(s.m, w.rid)
-	ws := s.byLock[w.k.lock]
+	ws := s.byLock[w.k.lock()]
 	if i := slices.Index(ws, w); i >= 0 {
 		ws = slices.Delete(ws, i, i+1)
 	}
 	if len(ws) == 0 {
-		delete(s.byLock, w.k.lock)
+		delete(s.byLock, w.k.lock())
 	} else {
-		s.byLock[w.k.lock] = ws
+		s.byLock[w.k.lock()] = ws
 	}
 }
 

@@ -99,7 +99,7 @@ func WaiterTimeout(d time.Duration) Option {
 // the protected resource safe.
 //
 // n must be at least 1 and timeout positive; keep timeout below the go-redis
-// client's ReadTimeout. The option is not available on a Ring.
+// client's ReadTimeout.
 func WaitReplicas(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if n < 1 || timeout <= 0 {

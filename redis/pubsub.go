@@ -57,11 +57,11 @@ func (wakePolicy) Retry(w *waiter) { w.signal() }
 // tryAttach adds w to the subscription of its lock if there is one, and
 // reports whether it is confirmed.
 func (m *mux) tryAttach(w *waiter) bool {
-	if !m.hub.Subscribed(w.k.channel) {
+	if !m.hub.Subscribed(w.ch) {
 		return false
 	}
 	w.makeWake()
-	attached, confirmed := m.hub.TryAttach(w, w.k.channel)
+	attached, confirmed := m.hub.TryAttach(w, w.ch)
 	w.attached = attached
 	return confirmed
 }
@@ -69,7 +69,7 @@ func (m *mux) tryAttach(w *waiter) bool {
 // attach adds w to the subscription of its lock, subscribing if needed.
 func (m *mux) attach(w *waiter) {
 	w.makeWake()
-	w.attached = m.hub.Attach(w, w.k.channel, "")
+	w.attached = m.hub.Attach(w, w.ch, "")
 }
 
 // detach removes w from its subscription. A wake-up w received and did not
@@ -79,11 +79,11 @@ func (m *mux) detach(w *waiter, granted bool) {
 		return
 	}
 	w.attached = false
-	m.hub.Detach(w, w.k.channel)
+	m.hub.Detach(w, w.ch)
 	if !granted {
 		select {
 		case <-w.wake:
-			m.hub.Deliver(w.k.channel, "")
+			m.hub.Deliver(w.ch, "")
 		default:
 		}
 	}
@@ -91,7 +91,7 @@ func (m *mux) detach(w *waiter, granted bool) {
 
 // armed reports whether w's subscription is confirmed.
 func (m *mux) armed(w *waiter) bool {
-	return w.attached && m.hub.Confirmed(w.k.channel)
+	return w.attached && m.hub.Confirmed(w.ch)
 }
 
 // readyOf returns a channel closed when w's subscription is confirmed (nil
@@ -100,7 +100,7 @@ func (m *mux) readyOf(w *waiter) <-chan struct{} {
 	if !w.attached {
 		return nil
 	}
-	return m.hub.Ready(w.k.channel)
+	return m.hub.Ready(w.ch)
 }
 
 // close ends the pub/sub connection and waits for the mux's goroutines.
@@ -112,6 +112,7 @@ type waiter struct {
 	k    *keys
 	req  dlock.Request
 	rid  string // request id: the queue entry and the grant's mark
+	ch   string // the lock's channel, for a waiting request
 	mode string
 	wake chan struct{} // a notice for this waiter; capacity 1; made when it joins a subscription or its peers' fair set
 

@@ -13,7 +13,7 @@ import (
 const batchSize = 256
 
 // RenewBatch renews many holds: on a single server (or Sentinel master) in
-// one script call per 256 holds, on a Cluster or Ring in one script call per
+// one script call per 256 holds, on a Cluster in one script call per
 // slot, sent as one pipeline (one round trip per node).
 func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	errs := make([]error, len(rs))
@@ -56,10 +56,10 @@ type renewCall struct {
 }
 
 // renewCalls groups the renewals into script calls of at most batchSize:
-// all together on one server, by slot on a Cluster or Ring.
+// all together on one server, by slot on a Cluster.
 func (b *Backend) renewCalls(rs []dlock.Renewal) []renewCall {
 	var groups [][]int
-	if b.cluster == nil && b.ring == nil {
+	if b.cluster == nil {
 		all := make([]int, len(rs))
 		for i := range all {
 			all[i] = i
@@ -86,7 +86,7 @@ func (b *Backend) renewCalls(rs []dlock.Renewal) []renewCall {
 			c := renewCall{idx: g[:n]}
 			for _, i := range c.idx {
 				r := rs[i]
-				c.keys = append(c.keys, b.keysOf(r.Hold).lock)
+				c.keys = append(c.keys, b.keysOf(r.Hold).lock())
 				c.args = append(c.args, r.Hold.Owner, strconv.FormatUint(r.Hold.Token, 10), millis(r.TTL))
 			}
 			calls = append(calls, c)
@@ -109,7 +109,7 @@ func (b *Backend) renewedErr(r dlock.Renewal, code int64, acks int, reply any) e
 	case 0:
 		return fmt.Errorf("%w: token %d is no longer the holder's", dlock.ErrLeaseLost, r.Hold.Token)
 	case -1:
-		return fmt.Errorf("%w: key %q is not a hash", ErrForeignData, b.keysOf(r.Hold).lock)
+		return fmt.Errorf("%w: key %q is not a hash", ErrForeignData, b.keysOf(r.Hold).lock())
 	default:
 		return fmt.Errorf("redis: unexpected reply %v from the batch renew script", reply)
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strconv"
+
+	"github.com/dlock-dev/dlock/internal/redisconn"
 )
 
 // script is a Lua script and its SHA1, for EVALSHA.
@@ -82,7 +84,7 @@ func newScript(name, src string) *script {
 // it (or that holds a count, token or expiry that is not a number) is
 // foreign data: the acquire script refuses it with DLOCKFOREIGN and
 // changes nothing.
-const MaxToken = 1<<53 - 1
+const MaxToken = redisconn.MaxToken
 
 // maxTokenLua is MaxToken in the scripts.
 var maxTokenLua = strconv.FormatInt(MaxToken, 10)
@@ -96,6 +98,9 @@ var maxTokenLua = strconv.FormatInt(MaxToken, 10)
 // drop(f, hw) deletes the hash of a free lock without waiters, first
 // raising the fence to its token f if it is below (hw: the fence).
 //
+// dropDead(now) removes up to 100 fair waiters whose deadline passed from
+// the queue and returns how many it removed.
+//
 // keep(now, at, w) makes the hash last at least until at (ms) and, if it
 // counts a fair queue (w > 0), as long as the queue does; it never shortens
 // the hash's life. If that end has passed the hash is not kept: the
@@ -105,14 +110,22 @@ local h, q, qt, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local function fenceOf(v)
   if not v then return 0 end
   local n = tonumber(v)
-  if not n or n < 0 or n % 1 ~= 0 or n >= ` + maxTokenLua + ` then
-    return false, redis.error_reply('DLOCKFOREIGN fence key ' .. fk .. ' does not hold a token (a non-negative integer below ` + maxTokenLua + `)')
+  if not ` + redisconn.TokenLua("n") + ` then
+    return false, ` + redisconn.FenceErrorLua("fk") + `
   end
   return n
 end
 local function drop(f, hw)
   if f and f > hw then redis.call('SET', fk, string.format('%.0f', f)) end
   redis.call('DEL', h)
+end
+local function dropDead(now)
+  local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
+  for _, id in ipairs(dead) do
+    redis.call('LREM', q, 1, id)
+    redis.call('ZREM', qt, id)
+  end
+  return #dead
 end
 local function keep(now, at, w)
   if w > 0 then
@@ -125,15 +138,36 @@ local function keep(now, at, w)
 end
 `
 
+// acquireFast is the acquire script's common case, ahead of its
+// definitions: a name without a hash (free, no waiters) and a fence key
+// that holds a token. It grants as the full script would (see newToken),
+// in EXISTS, GET, TIME, SET, HSET and PEXPIREAT and nothing else; anything
+// else falls through to the full script, which also reports foreign data.
+var acquireFast = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local hw = tonumber(redis.call('GET', KEYS[4]) or 0)
+  if ` + redisconn.TokenLua("hw") + ` then
+    local t = redis.call('TIME')
+    local exp = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
+    local tok = math.max(hw + 1, t[1] * 1000000 + t[2])
+    redis.call('SET', KEYS[4], string.format('%.0f', tok))
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', '1', 'r', ARGV[3], 'x', exp, 'f', tok)
+    redis.call('PEXPIREAT', KEYS[1], exp)
+    return tok
+  end
+end
+`
+
 // acquireScript makes one attempt.
 //
 //	KEYS: lock hash, queue, timeouts, fence key
 //	ARGV: owner, ttl ms, request id, mode ("t" try, "w" wait, "f" fair wait), waiter timeout ms
 //
 // Replies the token (an integer) for a new grant of a lock that was free
-// and had no fair queue: the common case, which takes one HMGET, GET,
-// TIME, HSET, SET and PEXPIREAT (and an EXISTS when the hash is absent). Otherwise {1, token, count} when granted, or {0, holder owner
-// or "", holder token or "", wait hint ms, queue length} when not.
+// and had no fair queue: the common case, which on a name without a hash
+// takes one EXISTS, GET, TIME, SET, HSET and PEXPIREAT (acquireFast).
+// Otherwise {1, token, count} when granted, or {0, holder owner or "",
+// holder token or "", wait hint ms, queue length} when not.
 //
 // A holder whose owner is the caller's re-enters (count+1) unless the
 // request id is the one that made the hold: then the reply to this very
@@ -143,7 +177,7 @@ end
 // A free lock with a queue goes to the queue's head only, and when dropping
 // dead waiters makes another waiter the head of a free lock's queue, that
 // waiter is told.
-var acquireScript = newScript("acquire", stateSource+`
+var acquireScript = newScript("acquire", acquireFast+stateSource+`
 local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w', 's')
 local hw, bad = fenceOf(redis.call('GET', fk))
@@ -159,13 +193,7 @@ elseif f < 0 or f % 1 ~= 0 then
 elseif f >= `+maxTokenLua+` then
   return foreign('token f is at the top of the range (`+maxTokenLua+`, the largest integer a Lua number holds exactly): no later token can be given')
 end
-if cur[1] then
-  local n = tonumber(cur[2])
-  if not n or n < 1 or n % 1 ~= 0 then return foreign('count n of a hold is not a positive integer') end
-  if not tonumber(cur[5]) then return foreign('expiry x of a hold is not a number') end
-elseif cur[2] then
-  return foreign('count n without an owner o')
-end
+`+redisconn.HoldCheckLua("cur[1]", "cur[2]", "cur[5]")+`
 if cur[6] and not tonumber(cur[6]) or cur[7] and not tonumber(cur[7]) then
   return foreign('queue length w or waiter hint s is not a number')
 end
@@ -203,12 +231,7 @@ if w > 0 or mode == 'f' and held then
   qlen = redis.call('LLEN', q)
   if qlen > 0 then
     old = redis.call('LINDEX', q, 0)
-    local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
-    for _, id in ipairs(dead) do
-      redis.call('LREM', q, 1, id)
-      redis.call('ZREM', qt, id)
-    end
-    if #dead > 0 then qlen = redis.call('LLEN', q) end
+    if dropDead(now) > 0 then qlen = redis.call('LLEN', q) end
     if qlen > 0 then head = redis.call('LINDEX', q, 0) end
   end
 end
@@ -315,6 +338,24 @@ end
 return res
 `)
 
+// releaseFast is the release script's common case, ahead of its
+// definitions: the last hold of a lock without a fair queue or a waiter
+// hint, and a fence key that holds a token. It frees the lock as the full
+// script would (drop), in HMGET, GET, TIME and DEL; anything else falls
+// through to the full script.
+var releaseFast = `
+local cur = redis.call('HMGET', KEYS[1], 'o', 'n', 'f', 'x', 'w', 's')
+if cur[1] == ARGV[1] and cur[3] == ARGV[2] and cur[2] == '1' and not cur[5] and not cur[6] then
+  local hw, f = tonumber(redis.call('GET', KEYS[4]) or 0), tonumber(cur[3])
+  local t = redis.call('TIME')
+  if ` + redisconn.TokenLua("hw") + ` and f and (tonumber(cur[4]) or 0) > t[1] * 1000 + math.floor(t[2] / 1000) then
+    if f > hw then redis.call('SET', KEYS[4], cur[3]) end
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+end
+`
+
 // releaseScript gives up one hold. When the lock frees it drops dead fair
 // waiters and publishes the queue's head on the lock's channel, unless the
 // head is a waiter of the releasing process; without a queue it publishes
@@ -334,10 +375,10 @@ return res
 // A lock that frees with no fair queue left loses its hash (see drop).
 //
 // Replies 1 when the lock freed with no fair queue and no waiter to tell
-// (the common case: one HMGET, GET, TIME and one DEL), else {1, count left,
-// queue head or "", handed-off token or ""}, or {0, holder owner or "",
-// holder token or ""}.
-var releaseScript = newScript("release", stateSource+`
+// (the common case, releaseFast: one HMGET, GET, TIME and DEL), else {1,
+// count left, queue head or "", handed-off token or ""}, or {0, holder
+// owner or "", holder token or ""}.
+var releaseScript = newScript("release", releaseFast+stateSource+`
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'x', 'w', 's')
 local hw, bad = fenceOf(redis.call('GET', fk))
 if not hw then return bad end
@@ -368,12 +409,7 @@ local qlen = w
 if w > 0 then
   qlen = redis.call('LLEN', q)
   if qlen > 0 then
-    local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
-    for _, id in ipairs(dead) do
-      redis.call('LREM', q, 1, id)
-      redis.call('ZREM', qt, id)
-    end
-    if #dead > 0 then qlen = redis.call('LLEN', q) end
+    if dropDead(now) > 0 then qlen = redis.call('LLEN', q) end
     head = redis.call('LINDEX', q, 0) or ''
   end
 end
@@ -445,11 +481,7 @@ if not free and cur[1] == ARGV[2] and cur[3] == rid then
 end
 redis.call('LREM', q, 0, rid)
 redis.call('ZREM', qt, rid)
-local dead = redis.call('ZRANGEBYSCORE', qt, '-inf', now, 'LIMIT', 0, 100)
-for _, id in ipairs(dead) do
-  redis.call('LREM', q, 1, id)
-  redis.call('ZREM', qt, id)
-end
+local dead = dropDead(now)
 local qlen = redis.call('LLEN', q)
 if redis.call('EXISTS', h) == 1 then
   local sv = tonumber(cur[6]) or 0
@@ -460,7 +492,7 @@ if redis.call('EXISTS', h) == 1 then
     if free then keep(now, sv, qlen) else keep(now, math.max(tonumber(cur[4]) or 0, sv), qlen) end
   end
 end
-if free and (wasHead or #dead > 0) then
+if free and (wasHead or dead > 0) then
   local head = ''
   if qlen > 0 then head = redis.call('LINDEX', q, 0) end
   redis.call('PUBLISH', h .. ':wake', head)

@@ -37,6 +37,17 @@ type nodeRes struct {
 	round int
 }
 
+// foreign returns the error of a script on master i that refused, before
+// any write, to touch key because it holds foreign data (DLOCKFOREIGN);
+// any other error is returned as it is.
+func (b *Backend) foreign(err error, key string, i int) error {
+	if _, why, ok := strings.Cut(err.Error(), "DLOCKFOREIGN "); ok {
+		return fmt.Errorf("%w: key %q on master %s holds data that dlock did not write (%s); nothing was changed",
+			dlock.ErrForeignData, key, b.addrs[i], why)
+	}
+	return err
+}
+
 // tryNode runs the acquire script with keys and args (the same for every
 // master) on master i, bounded by ctx (the node timeout).
 func (b *Backend) tryNode(ctx context.Context, i int, keys []string, args []any) nodeRes {
@@ -47,13 +58,7 @@ func (b *Backend) tryNode(ctx context.Context, i int, keys []string, args []any)
 	}
 	v, err := b.run(ctx, i, acquireScript, keys, args...).Slice()
 	if err != nil {
-		if _, why, ok := strings.Cut(err.Error(), "DLOCKFOREIGN "); ok {
-			// The script refused before any write.
-			r.err = fmt.Errorf("%w: key %q on master %s holds data that dlock did not write (%s); nothing was changed",
-				dlock.ErrForeignData, keys[0], b.addrs[i], why)
-			return r
-		}
-		r.err = err
+		r.err = b.foreign(err, keys[0], i)
 		return r
 	}
 	if len(v) == 2 {

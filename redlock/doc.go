@@ -68,6 +68,10 @@
 // expire) takes the hold again on renewal, so that a hold granted by a bare
 // quorum spreads to the other masters and survives losing one of them. A
 // renewal that fails releases what is left of the hold in the background.
+// The Client renews all the leases that are due together
+// ([dlock.BatchRenewer]): one script call per master per renewal pass,
+// sent to the masters in parallel, which waits for every master's answer
+// (at most the node timeout) and judges each hold as above.
 // Release gives up the hold on all masters and returns as soon as a quorum
 // released (or, short of that, when all answered: it succeeds when the
 // masters that answered released, and reports ErrLeaseLost when a quorum

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -48,46 +47,6 @@ func (b *Backend) fanOut(ctx context.Context, need int, giveUp bool, call func(c
 		}
 	}
 	return ok, no, failed
-}
-
-// Renew extends the hold on every master in parallel. It succeeds when a
-// quorum extended it in time to leave validity; otherwise the hold is lost
-// (the error matches [dlock.ErrLeaseLost]), because fewer than a quorum
-// cannot keep it from another client, and what is left of it is released
-// in the background.
-func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
-	if b.closed.Load() {
-		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
-	}
-	start := time.Now()
-	keys := []string{b.lockKey(h.Name), b.fenceKey(h.Name)}
-	tok := strconv.FormatUint(h.Token, 10)
-	hd, _ := h.Handle.(*handle)
-	gid := ""
-	if hd != nil {
-		gid = hd.gid
-	}
-	if hd != nil && hd.a.maxTTL.Load() < int64(ttl) {
-		hd.a.maxTTL.Store(int64(ttl))
-	}
-	nctx := context.WithoutCancel(ctx)
-	ok, no, failed := b.fanOut(nctx, b.quorum, true, func(ctx context.Context, i int) (bool, error) {
-		v, err := b.run(ctx, i, renewScript, keys, h.Owner, tok, dur.Ceil(ttl, time.Millisecond), gid).Int64()
-		return v == 1, err
-	})
-	if ok < b.quorum {
-		b.releaseLost(h)
-		e := b.quorumError("renew", ok, failed)
-		for _, i := range no {
-			e.Failed = append(e.Failed, NodeError{Addr: b.addrs[i], Err: errors.New("does not hold it")})
-		}
-		return fmt.Errorf("%w: %w", dlock.ErrLeaseLost, e)
-	}
-	if el := time.Since(start); ttl-el-b.drift(ttl) <= 0 {
-		b.releaseLost(h)
-		return fmt.Errorf("%w: the renewal took %v of a %v TTL", dlock.ErrLeaseLost, el.Round(time.Millisecond), ttl)
-	}
-	return nil
 }
 
 // releaseLost releases a lost hold in the background on every master that

@@ -101,8 +101,18 @@ func TestOpenOptions(t *testing.T) {
 	}
 	defer b.Release(ctx, dlock.Hold{Name: "a", Owner: "me", Token: g0.Token, Handle: g0.Handle})
 	for _, n := range g.Nodes() {
-		// The hold and the fence are in database 2.
-		if v, err := n.Do(ctx, "INFO", "keyspace"); err != nil || !strings.Contains(v.(string), "db2:keys=") {
+		// The hold and the fence are in database 2. Acquire returns once
+		// a quorum granted: the last master may get its write a moment
+		// later.
+		var v any
+		var err error
+		for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			v, err = n.Do(ctx, "INFO", "keyspace")
+			if err == nil && strings.Contains(v.(string), "db2:keys=") || time.Now().After(end) {
+				break
+			}
+		}
+		if err != nil || !strings.Contains(v.(string), "db2:keys=") {
 			t.Errorf("master %s: INFO keyspace = %q, %v; want keys in db2", n.Addr(), v, err)
 		}
 	}

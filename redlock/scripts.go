@@ -1,6 +1,10 @@
 package redlock
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/dlock-dev/dlock/internal/redisconn"
+)
 
 // The scripts run on each master on its own. A lock is one hash per master,
 // PREFIX:{NAME}, that lives while the lock is held or promised there:
@@ -40,7 +44,7 @@ import "strconv"
 // f is at it (or whose hash holds a count, fence or expiry that is not a
 // number) holds foreign data: the acquire script refuses it with
 // DLOCKFOREIGN before any write.
-const MaxToken = 1<<53 - 1
+const MaxToken = redisconn.MaxToken
 
 // maxTokenLua is MaxToken in the scripts.
 var maxTokenLua = strconv.FormatInt(MaxToken, 10)
@@ -63,8 +67,8 @@ local h, fk = KEYS[1], KEYS[#KEYS]
 local hwv = redis.call('GET', fk)
 local hw = tonumber(hwv or '0')
 local bad = false
-if not hw or hw < 0 or hw % 1 ~= 0 or hw >= ` + maxTokenLua + ` then
-  bad = redis.error_reply('DLOCKFOREIGN fence key ' .. fk .. ' does not hold a token (a non-negative integer below ` + maxTokenLua + `)')
+if not ` + redisconn.TokenLua("hw") + ` then
+  bad = ` + redisconn.FenceErrorLua("fk") + `
 end
 local function raise(v)
   if v and v > hw then
@@ -122,13 +126,7 @@ if f and (f < 0 or f % 1 ~= 0) then return foreign('fence f is not a non-negativ
 if f and f >= ` + maxTokenLua + ` then
   return foreign('fence f is at the top of the range (` + maxTokenLua + `, the largest integer a Lua number holds exactly): no later token can be given')
 end
-if cur[1] then
-  local n = tonumber(cur[2])
-  if not n or n < 1 or n % 1 ~= 0 then return foreign('count n of a hold is not a positive integer') end
-  if not tonumber(cur[4]) then return foreign('expiry x of a hold is not a number') end
-elseif cur[2] then
-  return foreign('count n without an owner o')
-end
+` + redisconn.HoldCheckLua("cur[1]", "cur[2]", "cur[4]") + `
 if cur[7] and not tonumber(cur[7]) then return foreign('promise time pt is not a number') end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -226,37 +224,53 @@ end
 return 0
 `)
 
-// renewScript extends a fenced hold on one master. A master where the
+// renewScript extends fenced holds on one master: one for Renew, many for
+// RenewBatch (one call per master for all the holds due). A master where a
 // lock is free and has seen no later token (it answered the acquisition
 // too late, or restarted empty, or its copy of the hold expired) takes the
 // hold again, so that a hold granted by a bare quorum spreads to the other
 // masters and survives the loss of one of them.
 //
-// The fence of a lock without a hash is its fence key's.
+// The fence of a lock without a hash is its fence key's. A hold whose keys
+// hold foreign data is left alone and answered with an error reply
+// (DLOCKFOREIGN, or WRONGTYPE from Redis); the others are renewed.
 //
-//	KEYS: lock hash, fence key
-//	ARGV: owner, token, ttl ms, acquisition id
+//	KEYS: lock hash and fence key of each hold in turn
+//	ARGV: owner, token, ttl ms and acquisition id of each hold in turn
 //
-// Replies 1, or 0 when the master does not hold it.
-var renewScript = newScript(stateSource + `
-if bad then return bad end
-local cur = redis.call('HMGET', h, 'o', 'f', 'x')
+// Replies one entry per hold: 1, 0 when the master does not hold it, or
+// the error.
+var renewScript = newScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local live = cur[1] and (tonumber(cur[3]) or 0) > now
-local x = now + tonumber(ARGV[3])
-if live and cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-  redis.call('HSET', h, 'x', x)
-  keep(now, x)
+local function renew(h, fk, owner, tok, x, gid)
+  local hwv = redis.pcall('GET', fk)
+  if type(hwv) == 'table' then return hwv end
+  local hw = tonumber(hwv or '0')
+  if not ` + redisconn.TokenLua("hw") + ` then
+    return ` + redisconn.FenceErrorLua("fk") + `
+  end
+  local cur = redis.pcall('HMGET', h, 'o', 'f', 'x')
+  if cur.err then return cur end
+  local live = cur[1] and (tonumber(cur[3]) or 0) > now
+  if live and cur[1] == owner and cur[2] == tok then
+    redis.call('HSET', h, 'x', x)
+  elseif not live and (tonumber(cur[2]) or hw) <= tonumber(tok) then
+    redis.call('HSET', h, 'o', owner, 'n', 1, 'g', gid, 'x', x, 'f', tok)
+    if tonumber(tok) > hw then redis.call('SET', fk, tok) end
+  else
+    return 0
+  end
+  local p = redis.call('PTTL', h)
+  if p == -1 or p >= 0 and now + p < x then redis.call('PEXPIREAT', h, x) end
   return 1
 end
-if not live and (tonumber(cur[2]) or hw) <= tonumber(ARGV[2]) then
-  redis.call('HSET', h, 'o', ARGV[1], 'n', 1, 'g', ARGV[4], 'x', x, 'f', ARGV[2])
-  raise(tonumber(ARGV[2]))
-  keep(now, x)
-  return 1
+local res = {}
+for i = 1, #KEYS - 1, 2 do
+  local j = (i - 1) * 2
+  res[#res + 1] = renew(KEYS[i], KEYS[i + 1], ARGV[j + 1], ARGV[j + 2], now + tonumber(ARGV[j + 3]), ARGV[j + 4])
 end
-return 0
+return res
 `)
 
 // notifySource defines notify(channel, id), which sends a release notice
