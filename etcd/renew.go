@@ -12,8 +12,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// keepAlive renews the leases ids once (see keepAlives.keepAlive) and
+// notes what it learnt of the shared leases.
 func (b *Backend) keepAlive(ctx context.Context, ids []clientv3.LeaseID) (map[clientv3.LeaseID]int64, error) {
-	return b.ka.keepAlive(ctx, ids)
+	sent := time.Now()
+	ttls, err := b.ka.keepAlive(ctx, ids)
+	b.noteKeepAlive(ttls, sent)
+	return ttls, err
 }
 
 // renewal is one hold to renew: its handle, owner and token, and the TTL
@@ -282,7 +287,8 @@ func (b *Backend) moveLease(ctx context.Context, it *renewal) error {
 }
 
 // Release takes one hold off h's key: it deletes the key when this was the
-// last hold (and then revokes its lease in the background) and otherwise
+// last hold (and then, unless it is a shared lease, revokes its lease in
+// the background) and otherwise
 // decrements the hold count, in a transaction that compares the key's create
 // revision (the token) and, for the count, its mod revision. A key that is
 // gone or not h's is an error matching dlock.ErrLeaseLost and nothing is
@@ -311,11 +317,7 @@ func (b *Backend) release(ctx context.Context, h *handle, owner string, token in
 		if tr.Succeeded {
 			if dr := tr.Responses[0].GetResponseDeleteRange(); dr != nil {
 				for _, kv := range dr.PrevKvs {
-					if p, ok := h.spare(clientv3.LeaseID(kv.Lease)); ok {
-						b.putSpare(h.need, p)
-					} else {
-						b.revokeLater(clientv3.LeaseID(kv.Lease))
-					}
+					b.revokeLater(clientv3.LeaseID(kv.Lease)) // unless shared
 				}
 			}
 			return nil
