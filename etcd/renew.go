@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -203,8 +204,12 @@ func (it *renewal) judge(ctx context.Context, ttls map[clientv3.LeaseID]int64, k
 // --max-txn-ops defaults to 128).
 const maxTxnOps = 100
 
-// read reads keys with linearizable reads, one transaction per 100 keys,
-// and returns those that exist.
+// readParallel is how many read transactions of one renewal are in
+// flight at once.
+const readParallel = 8
+
+// read reads keys with linearizable reads, one transaction per 100 keys
+// (up to readParallel at once), and returns those that exist.
 func (b *Backend) read(ctx context.Context, keys []string) (map[string]*mvccpb.KeyValue, error) {
 	out := make(map[string]*mvccpb.KeyValue, len(keys))
 	if len(keys) == 1 {
@@ -217,22 +222,41 @@ func (b *Backend) read(ctx context.Context, keys []string) (map[string]*mvccpb.K
 		}
 		return out, nil
 	}
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, readParallel)
+	)
 	for len(keys) > 0 {
 		n := min(len(keys), maxTxnOps)
-		ops := make([]clientv3.Op, n)
-		for i := range n {
-			ops[i] = clientv3.OpGet(keys[i])
-		}
-		tr, err := b.cli.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return nil, err
-		}
-		for i := range n {
-			if kv := firstKV(tr, i); kv != nil {
-				out[string(kv.Key)] = kv
-			}
-		}
+		chunk := keys[:n]
 		keys = keys[n:]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ops := make([]clientv3.Op, len(chunk))
+			for i, k := range chunk {
+				ops[i] = clientv3.OpGet(k)
+			}
+			tr, err := b.cli.Txn(ctx).Then(ops...).Commit()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstErr = cmp.Or(firstErr, err)
+				return
+			}
+			for i := range chunk {
+				if kv := firstKV(tr, i); kv != nil {
+					out[string(kv.Key)] = kv
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return out, nil
 }

@@ -121,12 +121,11 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
 	defer cancel()
 	kac := b.confirmAsync(actx, lease)
-	mine := clientv3.Compare(clientv3.CreateRevision(h.key), "=", w.rev)
-	tr, err := b.cli.Txn(actx).If(mine).
-		Then(clientv3.OpGet(h.key),
-			clientv3.OpGet(lp, clientv3.WithFirstCreate()...),
-			clientv3.OpGet(lp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1))...)).
-		Commit()
+	tr, err := w.check(actx, lp, true)
+	if err == nil && !tr.Succeeded {
+		// The member may not have seen the key's creation yet.
+		tr, err = w.check(actx, lp, false)
+	}
 	ka := <-kac
 	if err != nil {
 		return dlock.Grant{}, w.failed(ctx, actx, "checking the queue", err)
@@ -177,6 +176,25 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		g.Age = max(sent.Sub(ka.sent), 0) // confirmed before the attempt: counts from then
 	}
 	return g, nil
+}
+
+// check reads, in one transaction if the waiter's key exists with its
+// create revision, the key, the holder and the waiter's predecessor. A
+// serializable read (from the member's own state, without a round through
+// the leader) is enough once the key exists in it: keys older than the
+// waiter's can only go, never come, so if the member's state has none,
+// none is left.
+func (w *waiter) check(ctx context.Context, lp string, serializable bool) (*clientv3.TxnResponse, error) {
+	var opts []clientv3.OpOption
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	mine := clientv3.Compare(clientv3.CreateRevision(w.h.key), "=", w.rev)
+	return w.b.cli.Txn(ctx).If(mine).
+		Then(clientv3.OpGet(w.h.key, opts...),
+			clientv3.OpGet(lp, append(clientv3.WithFirstCreate(), opts...)...),
+			clientv3.OpGet(lp, append(clientv3.WithLastCreate(), append(opts, clientv3.WithMaxCreateRev(w.rev-1))...)...)).
+		Commit()
 }
 
 // failed turns an etcd error of an attempt into the waiter's answer: an
