@@ -111,7 +111,7 @@ const (
 	proceed  outcome = iota // go on with the attempt's next step
 	final                   // the acquisition has its answer
 	retry                   // try again after a pause
-	retryNow                // try again at once: the spare lease had expired
+	retryNow                // try again at once: the lease had expired
 )
 
 // result is the answer of Backend.Acquire.

@@ -122,7 +122,7 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 		defer wg.Done()
 		ttls, kaErr = b.keepAlive(ctx, ids)
 	}()
-	kvs, err := b.read(ctx, keys)
+	kvs, present, err := b.readHeld(ctx, ids, keys)
 	wg.Wait()
 	if err != nil {
 		err = wrap(ctx, "reading the keys of held locks", err)
@@ -133,8 +133,9 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 	}
 	var adopt []*renewal
 	for i, it := range items {
-		it.kv = kvs[keys[i]]
-		if it.check() {
+		if present[keys[i]] {
+			it.kv = &mvccpb.KeyValue{Key: []byte(keys[i]), CreateRevision: it.token, Lease: int64(ids[i])}
+		} else if it.kv = kvs[keys[i]]; it.check() {
 			continue
 		}
 		if clientv3.LeaseID(it.kv.Lease) != ids[i] {
@@ -203,6 +204,43 @@ func (it *renewal) judge(ctx context.Context, ttls map[clientv3.LeaseID]int64, k
 // maxTxnOps is how many operations go into one transaction (etcd's
 // --max-txn-ops defaults to 128).
 const maxTxnOps = 100
+
+// readHeld reads the keys of the items (each on lease ids[i]). When more
+// than maxTxnOps of them are on one shared lease, one request for the keys
+// etcd has attached to that lease stands for their reads: a key of this
+// backend's acquisition (its name is unique to it) attached to the
+// backend's lease exists and is the hold's, since dlock never re-creates a
+// key. Those keys are in present, the others, read, in kvs.
+func (b *Backend) readHeld(ctx context.Context, ids []clientv3.LeaseID, keys []string) (kvs map[string]*mvccpb.KeyValue, present map[string]bool, err error) {
+	per := make(map[clientv3.LeaseID]int)
+	for _, id := range ids {
+		per[id]++
+	}
+	attached := make(map[string]clientv3.LeaseID)
+	for id, n := range per {
+		if n <= maxTxnOps || !b.isShared(id) {
+			continue
+		}
+		r, err := b.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, k := range r.Keys {
+			attached[string(k)] = id
+		}
+	}
+	present = make(map[string]bool)
+	var rest []string
+	for i, k := range keys {
+		if id, ok := attached[k]; ok && id == ids[i] {
+			present[k] = true
+		} else {
+			rest = append(rest, k)
+		}
+	}
+	kvs, err = b.read(ctx, rest)
+	return kvs, present, err
+}
 
 // readParallel is how many read transactions of one renewal are in
 // flight at once.
