@@ -131,7 +131,7 @@ func (a *acquisition) attempt(n int) (result, outcome) {
 			return result{err: err}, next
 		}
 	}
-	h := &handle{name: a.req.Name, key: a.key, lease: a.cur.id, alive: a.cur.alive}
+	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive}
 	tr, next, err := a.transact(actx, h)
 	if next != proceed {
 		return result{err: err}, next
@@ -267,6 +267,7 @@ func (a *acquisition) granted(token int64, holder *mvccpb.KeyValue, h *handle) r
 	if holder != nil && string(holder.Key) == h.key {
 		count = max(decode(holder).Holds, 1)
 	}
+	a.b.track(h)
 	return result{g: dlock.Grant{Token: uint64(token), Count: count, Handle: h, Age: max(a.start.Sub(a.cur.alive), 0)}}
 }
 
@@ -322,7 +323,7 @@ func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.Key
 	if !tr.Succeeded {
 		return dlock.Grant{}, errHolderChanged
 	}
-	h := &handle{name: req.Name, key: key, lease: clientv3.LeaseID(kv.Lease)}
+	h := &handle{name: req.Name, key: key, need: need, lease: clientv3.LeaseID(kv.Lease)}
 	r := &renewal{h: h, owner: req.Owner, token: kv.CreateRevision, need: need}
 	b.renewAll(ctx, []*renewal{r})
 	if r.err != nil {
@@ -335,5 +336,6 @@ func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.Key
 		}
 		return dlock.Grant{}, r.err
 	}
+	b.track(h)
 	return dlock.Grant{Token: uint64(kv.CreateRevision), Count: v.Holds + 1, Handle: h}, nil
 }

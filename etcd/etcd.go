@@ -105,9 +105,10 @@ type Backend struct {
 	desc   string
 	ka     *keepAlives
 
-	leases leases        // the shared leases, by TTL
-	seq    atomic.Uint64 // numbers the acquisitions' keys
-	quit   chan struct{} // closed by Close
+	leases  leases        // the shared leases, by TTL
+	tracked tracked       // the holds on them
+	seq     atomic.Uint64 // numbers the acquisitions' keys
+	quit    chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	closed bool

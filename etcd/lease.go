@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 type handle struct {
 	name string
 	key  string
+	need int64 // the TTL asked for, whole seconds
 
 	mu    sync.Mutex
 	lease clientv3.LeaseID // the lease the key is on
@@ -60,6 +62,73 @@ type sharedLease struct {
 // confirming it with a keep-alive of its own: within an eighth of its TTL.
 func (l sharedLease) fresh(now time.Time) bool {
 	return now.Sub(l.alive) < time.Duration(l.ttl)*time.Second/8
+}
+
+// tracked is the backend's holds on its shared leases, for sweep.
+type tracked struct {
+	mu    sync.Mutex
+	m     map[*handle]struct{}
+	swept time.Time
+}
+
+// track records a hold granted on a shared lease, until untrack.
+func (b *Backend) track(h *handle) {
+	t := &b.tracked
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = make(map[*handle]struct{})
+	}
+	t.m[h] = struct{}{}
+	t.mu.Unlock()
+}
+
+// untrack forgets a hold that was released or lost.
+func (b *Backend) untrack(h *handle) {
+	t := &b.tracked
+	t.mu.Lock()
+	delete(t.m, h)
+	t.mu.Unlock()
+}
+
+// sweep deletes, at most once a second, the keys on shared leases whose
+// holds were last confirmed alive more than their TTL ago: the Client
+// has given them up (a renewal or release that failed), and the shared
+// lease, kept alive for the other holds, would otherwise keep them, and
+// their locks, for ever. A lease of its own would have expired by then.
+func (b *Backend) sweep(shared map[clientv3.LeaseID]bool) {
+	t := &b.tracked
+	now := time.Now()
+	t.mu.Lock()
+	if now.Sub(t.swept) < time.Second || len(t.m) == 0 {
+		t.mu.Unlock()
+		return
+	}
+	t.swept = now
+	stale := make(map[string][]*handle)
+	for h := range t.m {
+		h.mu.Lock()
+		if shared[h.lease] && now.Sub(h.alive) > time.Duration(h.need)*time.Second {
+			stale[h.key] = append(stale[h.key], h)
+		}
+		h.mu.Unlock()
+	}
+	if len(stale) > 0 {
+		for h := range t.m {
+			// A reentrant hold of the same key that is still kept.
+			if hs, ok := stale[h.key]; ok && !slices.Contains(hs, h) {
+				delete(stale, h.key)
+			}
+		}
+		for _, hs := range stale {
+			for _, h := range hs {
+				delete(t.m, h)
+			}
+		}
+	}
+	t.mu.Unlock()
+	for key := range stale {
+		b.deleteLater(key)
+	}
 }
 
 // leases is the backend's shared leases, by the TTL asked for.
@@ -117,8 +186,9 @@ func (b *Backend) shared(ctx context.Context, need int64) (sharedLease, error) {
 func (b *Backend) noteKeepAlive(ttls map[clientv3.LeaseID]int64, sent time.Time) {
 	ls := &b.leases
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	shared := make(map[clientv3.LeaseID]bool, len(ls.byNeed))
 	for need, l := range ls.byNeed {
+		shared[l.id] = true
 		ttl, ok := ttls[l.id]
 		switch {
 		case !ok:
@@ -128,6 +198,8 @@ func (b *Backend) noteKeepAlive(ttls map[clientv3.LeaseID]int64, sent time.Time)
 			l.alive = sent
 		}
 	}
+	ls.mu.Unlock()
+	b.sweep(shared)
 }
 
 // dropShared forgets the shared lease id, which etcd no longer knows.

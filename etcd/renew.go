@@ -360,7 +360,13 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	if err != nil {
 		return err
 	}
-	return b.release(ctx, hd, h.Owner, int64(h.Token))
+	err = b.release(ctx, hd, h.Owner, int64(h.Token))
+	if err == nil || errors.Is(err, dlock.ErrLeaseLost) {
+		// Otherwise the key stays tracked, and sweep deletes it once
+		// its TTL has passed without a renewal.
+		b.untrack(hd)
+	}
+	return err
 }
 
 func (b *Backend) release(ctx context.Context, h *handle, owner string, token int64) error {

@@ -104,3 +104,41 @@ func TestSharedLease(t *testing.T) {
 		t.Fatalf("the new hold's key: %v, %v; want one on a new lease", resp, err)
 	}
 }
+
+// A hold that its Client gave up without releasing it (a renewal or a
+// release that failed) does not keep its lock for ever, although the
+// backend keeps the lease it is on alive for its other holds: its key goes
+// once its TTL has passed without a renewal, as a lease of its own would.
+func TestAbandonedHoldExpires(t *testing.T) {
+	srv := testserver.Etcd(t, fastElection)
+	eps := []string{srv.Endpoint()}
+	be := open(t, eps, "abandon")
+	defer be.Close()
+	ctx := ctxT(t, time.Minute)
+	const ttl = 2 * time.Second
+	if _, _, err := be.Acquire(ctx, dlock.Request{Name: "gone", Owner: "o1", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	kept, _, err := be.Acquire(ctx, dlock.Request{Name: "kept", Owner: "o2", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := dlock.Hold{Name: "kept", Owner: "o2", Token: kept.Token, Handle: kept.Handle}
+	cli := raw(t, eps)
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(ttl / 4) {
+		if err := be.Renew(ctx, hold, ttl); err != nil {
+			t.Fatalf("renewing the kept hold: %v", err)
+		}
+	}
+	resp, err := cli.Get(ctx, "abandon/gone/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the abandoned hold's key %v after %v without renewal: %v", resp.Kvs, 3*ttl, err)
+	}
+	resp, err = cli.Get(ctx, "abandon/kept/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the renewed hold's key: %v, %v", resp, err)
+	}
+	if err := be.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -175,6 +175,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if sameLease {
 		g.Age = max(sent.Sub(ka.sent), 0) // confirmed before the attempt: counts from then
 	}
+	b.track(h)
 	return g, nil
 }
 
@@ -224,13 +225,18 @@ func (w *waiter) gone(lease clientv3.LeaseID) error {
 }
 
 // Cancel withdraws the waiter: it deletes its key (or, if a reentrant hold
-// of the same owner was added to it, takes one hold off).
+// of the same owner was added to it, takes one hold off); when that fails,
+// the key is deleted in the background.
 func (w *waiter) Cancel(ctx context.Context) error {
 	lease := w.h.leaseID()
 	err := w.b.release(ctx, w.h, w.req.Owner, w.rev)
-	if errors.Is(err, dlock.ErrLeaseLost) {
+	switch {
+	case errors.Is(err, dlock.ErrLeaseLost):
 		w.b.revokeLater(lease)
 		return nil
+	case err != nil:
+		// Nothing else would: the shared lease outlives the waiter.
+		w.b.deleteLater(w.h.key)
 	}
 	return err
 }
