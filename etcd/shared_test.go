@@ -21,25 +21,8 @@ import (
 func TestSharedLease(t *testing.T) {
 	srv := testserver.Etcd(t, fastElection)
 	eps := []string{srv.Endpoint()}
-	var grants, revokes atomic.Int64
-	count := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		switch {
-		case strings.HasSuffix(method, "/LeaseGrant"):
-			grants.Add(1)
-		case strings.HasSuffix(method, "/LeaseRevoke"):
-			revokes.Add(1)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	})
 	ctx := ctxT(t, time.Minute)
-	be, err := etcd.Open(ctx, srv.Endpoint(), etcd.Prefix("shared"), etcd.DialOptions(count))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := dlock.New(be, dlock.TTL(8*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, grants, revokes := leaseCountingClient(t, srv.Endpoint(), "shared")
 	defer c.Close()
 	for range 20 {
 		l, err := c.Mutex("x").Lock(ctx)
@@ -141,4 +124,28 @@ func TestAbandonedHoldExpires(t *testing.T) {
 	if err := be.Release(ctx, hold); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// leaseCountingClient returns a Client with an 8 s TTL on a backend that
+// counts the lease grants and revocations it sends.
+func leaseCountingClient(t *testing.T, addr, prefix string) (_ *dlock.Client, grants, revokes *atomic.Int64) {
+	grants, revokes = new(atomic.Int64), new(atomic.Int64)
+	count := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		switch {
+		case strings.HasSuffix(method, "/LeaseGrant"):
+			grants.Add(1)
+		case strings.HasSuffix(method, "/LeaseRevoke"):
+			revokes.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	be, err := etcd.Open(ctxT(t, 10*time.Second), addr, etcd.Prefix(prefix), etcd.DialOptions(count))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.New(be, dlock.TTL(8*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, grants, revokes
 }
