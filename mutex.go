@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/dur"
 )
 
 // Mutex is a named distributed lock of a Client. It holds no state of its
@@ -178,6 +180,9 @@ func (q *acquisition) run(req Request) (Grant, error) {
 	g, w, err := q.a.acquire(req)
 	q.w = w
 	q.cut = q.a.cut(err)
+	if err == nil && g.Age > 0 {
+		q.sent = q.sent.Add(-g.Age)
+	}
 	for q.w != nil && err != nil {
 		switch {
 		case errors.Is(err, ErrNotAcquired):
@@ -219,7 +224,7 @@ func (q *acquisition) pause(err error) error {
 	q.backoff = min(max(2*q.backoff, 10*time.Millisecond), time.Second)
 	c.cfg.logger.Debug("dlock: backend unavailable while waiting; retrying",
 		"lock", q.m.name, "backend", c.desc, "in", q.backoff, "err", err)
-	return sleepCtx(q.a.ctx, q.backoff)
+	return dur.Sleep(q.a.ctx, q.backoff)
 }
 
 // attempt makes the Waiter's next attempt.
@@ -361,16 +366,4 @@ func LeaseFrom(ctx context.Context) *Lease {
 // tried again: often enough for several tries within the lease.
 func retryDelay(ttl time.Duration) time.Duration {
 	return min(max(ttl/20, 5*time.Millisecond), time.Second)
-}
-
-// sleepCtx waits for d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

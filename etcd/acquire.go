@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/dur"
 	"github.com/dlock-dev/dlock/internal/errkind"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,17 +36,6 @@ func backoff(n int) time.Duration {
 	return min(25*time.Millisecond<<min(n, 6), time.Second)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func heldError(first *mvccpb.KeyValue) error {
 	if first == nil {
 		return errkind.Errorf(dlock.ErrNotAcquired, "etcd: held")
@@ -62,16 +52,17 @@ func retryable(ctx, actx context.Context, err error) bool {
 	return transient(err) || actx.Err() != nil || strings.Contains(err.Error(), "proposal dropped")
 }
 
-// Acquire takes a lease of req.TTL (rounded up to whole seconds) — a spare
-// one left by an earlier hold, confirmed by a keep-alive sent together with
-// the transaction, or a fresh grant — and, in one transaction, puts the
-// acquisition's key if the lock's prefix is empty, and otherwise reads the
-// holder and — when req.Wait — enqueues the key and reads its predecessor.
-// When the holder's owner is req.Owner it re-enters the hold instead.
-// Requests that fail because etcd has no leader or cannot be reached are
-// retried for a few seconds; the transaction is idempotent (the key is
-// named after the lease, and a key put by an attempt whose answer was lost
-// is recognised as the caller's).
+// Acquire puts the acquisition's key on the backend's shared lease of
+// req.TTL (rounded up to whole seconds; granted at first use) if the
+// lock's prefix is empty, and otherwise reads the holder and — when
+// req.Wait — enqueues the key and reads its predecessor, all in one
+// transaction. A keep-alive sent with it confirms the lease unless another
+// request did so within the last eighth of its TTL; then the grant counts
+// from that confirmation (Grant.Age). When the holder's owner is req.Owner
+// it re-enters the hold instead. Requests that fail because etcd has no
+// leader or cannot be reached are retried for a few seconds; the
+// transaction is idempotent (the key is the acquisition's own, and a key
+// put by an attempt whose answer was lost is recognised as the caller's).
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, nil, err
@@ -82,7 +73,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	next := retry
 	for n := 0; ; n++ {
 		if n > 0 && next != retryNow {
-			if time.Since(a.start) > retryBudget || sleepCtx(ctx, backoff(n)) != nil {
+			if time.Since(a.start) > retryBudget || dur.Sleep(ctx, backoff(n)) != nil {
 				return dlock.Grant{}, nil, wrap(ctx, "acquiring", a.lastErr)
 			}
 		}
@@ -93,9 +84,9 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	}
 }
 
-// acquisition is one call of Backend.Acquire: its attempts share one
-// lease, and what they learnt about it decides, at the end, whether the
-// lease is kept (by a grant or a waiter), kept as a spare, or revoked.
+// acquisition is one call of Backend.Acquire: its attempts share one key,
+// and what they learnt about it decides, at the end, whether the key is
+// kept (by a grant or a waiter) or deleted.
 type acquisition struct {
 	b     *Backend
 	ctx   context.Context
@@ -105,11 +96,12 @@ type acquisition struct {
 	lp    string // the lock's prefix
 	val   string // the key's value
 
-	cur       *spareLease // the attempts' lease; nil to take one
-	confirmed bool        // etcd had cur after start, so it lives a TTL from then
-	clean     bool        // no key can be on cur
-	keep      bool        // cur is in use by a grant or a waiter
-	lastErr   error       // of the last attempt that failed on etcd
+	cur       *sharedLease // the attempts' lease; nil to take one
+	key       string       // the acquisition's key on cur
+	confirmed bool         // etcd had cur at cur.alive, so it lives a TTL from then
+	clean     bool         // the key cannot be on etcd
+	keep      bool         // the key is in use by a grant or a waiter
+	lastErr   error        // of the last attempt that failed on etcd
 }
 
 // An outcome is where an attempt (or a step of one) leaves the acquisition.
@@ -119,7 +111,7 @@ const (
 	proceed  outcome = iota // go on with the attempt's next step
 	final                   // the acquisition has its answer
 	retry                   // try again after a pause
-	retryNow                // try again at once: the spare lease had expired
+	retryNow                // try again at once: the lease had expired
 )
 
 // result is the answer of Backend.Acquire.
@@ -139,8 +131,7 @@ func (a *acquisition) attempt(n int) (result, outcome) {
 			return result{err: err}, next
 		}
 	}
-	h := &handle{name: a.req.Name, key: a.b.keyFor(a.req.Name, a.cur.id), own: a.cur.id, need: a.need,
-		ttl: a.cur.ttl, lease: a.cur.id, alive: a.cur.alive}
+	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive}
 	tr, next, err := a.transact(actx, h)
 	if next != proceed {
 		return result{err: err}, next
@@ -148,15 +139,10 @@ func (a *acquisition) attempt(n int) (result, outcome) {
 	return a.answer(n, tr, h)
 }
 
-// takeLease gives the acquisition a lease: a spare, confirmed later by the
-// transaction's keep-alive, or a fresh grant.
+// takeLease gives the acquisition the backend's shared lease, and a new
+// key on it.
 func (a *acquisition) takeLease(actx context.Context) (outcome, error) {
-	if p, ok := a.b.takeSpare(a.need); ok {
-		a.cur, a.confirmed, a.clean = &p, false, true
-		return proceed, nil
-	}
-	sent := time.Now()
-	lr, err := a.b.cli.Grant(actx, a.need)
+	l, err := a.b.shared(actx, a.need)
 	if err != nil {
 		a.lastErr = err
 		if retryable(a.ctx, actx, err) {
@@ -164,13 +150,14 @@ func (a *acquisition) takeLease(actx context.Context) (outcome, error) {
 		}
 		return final, wrap(a.ctx, "granting a lease", err)
 	}
-	a.cur, a.confirmed, a.clean = &spareLease{id: lr.ID, ttl: lr.TTL, alive: sent}, true, true
+	a.cur, a.key, a.confirmed, a.clean = &l, a.b.newKey(a.req.Name, l.id), false, true
 	return proceed, nil
 }
 
 // transact puts the key h if the lock's prefix is empty, and otherwise
 // reads the holder and, for a waiting request, enqueues h and reads its
-// predecessor; a keep-alive sent with it confirms a spare lease.
+// predecessor; a keep-alive sent with it confirms the lease, unless it is
+// fresh.
 func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnResponse, outcome, error) {
 	put := clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id), clientv3.WithPrevKV())
 	els := []clientv3.Op{clientv3.OpGet(a.lp, clientv3.WithFirstCreate()...)}
@@ -179,7 +166,7 @@ func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnRe
 	}
 	var kac chan keepAliveResult
 	if !a.confirmed {
-		kac = a.b.keepAliveAsync(actx, a.cur.id)
+		kac = a.b.confirmAsync(actx, a.cur.id)
 	}
 	empty := clientv3.Compare(clientv3.CreateRevision(a.lp), "=", 0).WithPrefix()
 	tr, err := a.b.cli.Txn(actx).If(empty).Then(put).Else(els...).Commit()
@@ -190,7 +177,7 @@ func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnRe
 			a.confirmed = true
 			a.cur.alive, h.alive = ka.sent, ka.sent
 		case ka.err == nil:
-			a.cur = nil // the spare lease expired, with any key put on it
+			a.cur = nil // the lease expired, with any key put on it
 			return nil, retryNow, nil
 		case err == nil:
 			a.clean = false
@@ -203,6 +190,7 @@ func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnRe
 	a.lastErr = err
 	switch {
 	case leaseNotFound(err):
+		a.b.dropShared(a.cur.id)
 		a.cur = nil // expired, and took any key with it
 		return nil, retryNow, nil
 	case retryable(a.ctx, actx, err):
@@ -279,19 +267,15 @@ func (a *acquisition) granted(token int64, holder *mvccpb.KeyValue, h *handle) r
 	if holder != nil && string(holder.Key) == h.key {
 		count = max(decode(holder).Holds, 1)
 	}
-	return result{g: dlock.Grant{Token: uint64(token), Count: count, Handle: h}}
+	a.b.track(h)
+	return result{g: dlock.Grant{Token: uint64(token), Count: count, Handle: h, Age: max(a.start.Sub(a.cur.alive), 0)}}
 }
 
-// settle keeps, spares or revokes the lease once the acquisition has its
-// answer.
+// settle deletes the acquisition's key, once it has its answer, unless a
+// grant or a waiter keeps it or no attempt can have put it.
 func (a *acquisition) settle() {
-	switch {
-	case a.cur == nil || a.keep:
-	case a.clean && a.confirmed:
-		a.b.putSpare(a.need, *a.cur)
-	default:
-		// Deletes the key too, if an attempt whose answer was lost put it.
-		a.b.revokeLater(a.cur.id)
+	if a.cur != nil && !a.keep && !a.clean {
+		a.b.deleteLater(a.key)
 	}
 }
 
@@ -303,10 +287,16 @@ type keepAliveResult struct {
 	err  error
 }
 
-// keepAliveAsync keeps lease id alive once, in a goroutine; the result
-// comes on the channel.
-func (b *Backend) keepAliveAsync(ctx context.Context, id clientv3.LeaseID) chan keepAliveResult {
+// confirmAsync confirms that lease id is alive: at once, with the time of
+// its last confirmation, when it is a fresh shared lease (see
+// sharedLease.fresh), and otherwise with a keep-alive, in a goroutine; the
+// result comes on the channel.
+func (b *Backend) confirmAsync(ctx context.Context, id clientv3.LeaseID) chan keepAliveResult {
 	ch := make(chan keepAliveResult, 1)
+	if l, ok := b.freshShared(id); ok {
+		ch <- keepAliveResult{ttl: l.ttl, sent: l.alive}
+		return ch
+	}
 	sent := time.Now()
 	go func() {
 		ttls, err := b.keepAlive(ctx, []clientv3.LeaseID{id})
@@ -333,7 +323,7 @@ func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.Key
 	if !tr.Succeeded {
 		return dlock.Grant{}, errHolderChanged
 	}
-	h := &handle{name: req.Name, key: key, lease: clientv3.LeaseID(kv.Lease)}
+	h := &handle{name: req.Name, key: key, need: need, lease: clientv3.LeaseID(kv.Lease)}
 	r := &renewal{h: h, owner: req.Owner, token: kv.CreateRevision, need: need}
 	b.renewAll(ctx, []*renewal{r})
 	if r.err != nil {
@@ -346,5 +336,6 @@ func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.Key
 		}
 		return dlock.Grant{}, r.err
 	}
+	b.track(h)
 	return dlock.Grant{Token: uint64(kv.CreateRevision), Count: v.Holds + 1, Handle: h}, nil
 }

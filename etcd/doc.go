@@ -39,30 +39,38 @@
 // # How it works
 //
 // The lock NAME lives under PREFIX/ESC(NAME)/ (ESC escapes "%" and "/"). An
-// acquisition puts PREFIX/ESC(NAME)/LEASEID, holding the owner and a hold
-// count, on a lease of its own, in one transaction that also reads the
-// holder (the key with the lowest create revision) and the key's
-// predecessor. The lease is a fresh grant or a spare one left by an
-// earlier hold of the backend, confirmed by a keep-alive sent with the
-// transaction: uncontended, an acquisition is one round trip and one
-// write, a release one compare-and-delete. A waiter watches only its
-// immediate predecessor, so a release wakes one waiter; it is granted only
-// by a transaction that finds its own key first together with a keep-alive
-// of its lease sent after the attempt began, so a waiter whose lease
-// expired while it waited (etcd issue 11456) gets [dlock.ErrLeaseLost],
-// never the lock.
+// acquisition puts PREFIX/ESC(NAME)/LEASEID-N, holding the owner and a hold
+// count, in one transaction that also reads the holder (the key with the
+// lowest create revision) and the key's predecessor. The key is on the
+// backend's shared lease for the TTL asked for (one per backend and TTL,
+// granted at first use, like an etcd Session's), and N numbers the
+// backend's acquisitions, so every acquisition has a key of its own. A
+// keep-alive sent with the transaction confirms the lease, unless a
+// request of the backend confirmed it within the last eighth of its TTL:
+// then the grant counts from that confirmation. Uncontended, an
+// acquisition is one round trip and one write, a release one
+// compare-and-delete, and holding many locks costs one keep-alive per
+// renewal period, plus one read per 100 held keys. A waiter watches only
+// its immediate predecessor, so a release wakes one waiter; it is granted
+// only by a transaction that finds its own key first while its lease is
+// known to live a full TTL from the attempt (or from the confirmation the
+// grant counts from), so a waiter whose lease expired while it waited
+// (etcd issue 11456) gets [dlock.ErrLeaseLost], never the lock.
 //
-// A lease per hold, rather than one per Client (an etcd Session), makes
-// loss exact and lets two goroutines that share a Client exclude each other
-// (unlike concurrency.Mutex, etcd issues 10756 and 11360). Reentrancy
-// happens only when the request's owner equals the owner stored in the
-// holder's key: the count in the key is raised and the holder's token
-// returned.
+// A key per acquisition, rather than one per Client and name (an etcd
+// Session's concurrency.Mutex), lets two goroutines that share a Client
+// exclude each other (unlike concurrency.Mutex, etcd issues 10756 and
+// 11360), and every renewal checks each hold's own key, so a hold whose key
+// was deleted learns of its loss alone; an expired shared lease ends every
+// hold of the backend with that TTL. Reentrancy happens only when the
+// request's owner equals the owner stored in the holder's key: the count in
+// the key is raised and the holder's token returned.
 //
 // Requests that fail because etcd has no leader or cannot be reached are
 // retried for up to 10 s, each bounded by half the TTL; a grant answered
 // more than half a TTL after the request is confirmed by a fresh attempt
 // (Lock) or given back (TryLock). A renewal is a keep-alive of the hold's
 // lease and a read of its key; holds due at once are renewed together
-// ([Backend.RenewBatch]); a longer TTL moves the key onto a new lease.
+// ([Backend.RenewBatch]: one keep-alive per lease, their keys read 100 to
+// a transaction); a longer TTL moves the key onto a lease of its own.
 package etcd

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -104,12 +105,15 @@ type Backend struct {
 	desc   string
 	ka     *keepAlives
 
-	mu      sync.Mutex
-	closed  bool
-	spares  map[int64][]spareLease // leases without keys for reuse, by TTL
-	nspares int
-	bg      sync.WaitGroup // lease revocations in the background
-	bgSem   chan struct{}
+	leases  leases        // the shared leases, by TTL
+	tracked tracked       // the holds on them
+	seq     atomic.Uint64 // numbers the acquisitions' keys
+	quit    chan struct{} // closed by Close
+
+	mu     sync.Mutex
+	closed bool
+	bg     sync.WaitGroup // deletions and revocations in the background
+	bgSem  chan struct{}
 }
 
 var (
@@ -143,6 +147,7 @@ func newBackend(cli *clientv3.Client, cfg config) *Backend {
 		prefix: cfg.prefix,
 		ka:     &keepAlives{leases: clientv3.RetryLeaseClient(cli)},
 		bgSem:  make(chan struct{}, 64),
+		quit:   make(chan struct{}),
 	}
 	b.desc = "etcd " + strings.Join(trimScheme(cli.Endpoints()), ",") + "/" + b.prefix
 	return b
@@ -248,10 +253,11 @@ func (b *Backend) Client() *clientv3.Client { return b.cli }
 // String describes the backend: "etcd ENDPOINTS/PREFIX".
 func (b *Backend) String() string { return b.desc }
 
-// Close revokes the backend's spare leases (which hold no keys), waits for
-// the revocations still in flight (at most a few seconds) and, if the
-// backend opened its own connection, closes it. It does not release held
-// locks: their keys expire with their leases.
+// Close waits for the deletions and revocations still in flight (at most a
+// few seconds), revokes the backend's shared leases that hold no keys and,
+// if the backend opened its own connection, closes it. It does not release
+// held locks: their keys expire with their lease, which nothing keeps
+// alive any more.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -259,18 +265,10 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	spares := b.spares
-	b.spares, b.nspares = nil, 0
-	for _, ps := range spares {
-		b.bg.Add(len(ps))
-	}
+	close(b.quit)
 	b.mu.Unlock()
-	for _, ps := range spares {
-		for _, p := range ps {
-			b.revoke(p.id)
-		}
-	}
 	b.bg.Wait()
+	b.closeLeases()
 	b.ka.close()
 	if b.own {
 		return b.cli.Close()

@@ -70,9 +70,12 @@ func (b *Backend) lockPrefix(name string) string {
 	return b.prefix + "/" + escape(name) + "/"
 }
 
-// keyFor returns the key of an acquisition of name with lease id.
-func (b *Backend) keyFor(name string, id clientv3.LeaseID) string {
-	return b.lockPrefix(name) + strconv.FormatInt(int64(id), 16)
+// newKey returns the key of a new acquisition of name: the shared lease
+// it starts on (unique in the cluster) and a number unique in the backend,
+// so that the acquisitions of one backend, which share a lease, have keys
+// of their own.
+func (b *Backend) newKey(name string, id clientv3.LeaseID) string {
+	return b.lockPrefix(name) + strconv.FormatInt(int64(id), 16) + "-" + strconv.FormatUint(b.seq.Add(1), 16)
 }
 
 // nameOf returns the lock name of a key of this backend, or false.

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,9 +16,7 @@ import (
 type handle struct {
 	name string
 	key  string
-	own  clientv3.LeaseID // the lease the acquisition brought; 0 if none (re-entered, or found by token)
-	need int64            // the TTL asked for, whole seconds
-	ttl  int64            // the TTL etcd granted own, seconds
+	need int64 // the TTL asked for, whole seconds
 
 	mu    sync.Mutex
 	lease clientv3.LeaseID // the lease the key is on
@@ -46,84 +45,255 @@ func (h *handle) kept(id clientv3.LeaseID, sent time.Time) {
 	h.mu.Unlock()
 }
 
-// spare returns the hold's own lease for reuse, once its key is deleted,
-// if the key was still on it.
-func (h *handle) spare(deleted clientv3.LeaseID) (spareLease, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.own == 0 || deleted != h.own || h.lease != h.own {
-		return spareLease{}, false
-	}
-	return spareLease{id: h.own, ttl: h.ttl, alive: h.alive}, true
-}
-
-// spareLease is a lease without keys, kept by the backend for the next
-// acquisition with the same TTL: a keep-alive of it, which etcd answers
-// without a raft round (no disk write), is cheaper than a grant, and is
-// sent together with the acquisition's transaction.
-type spareLease struct {
+// sharedLease is the backend's lease for one TTL: the keys of all its
+// acquisitions of that TTL, held or waiting, are on it, so that an
+// acquisition needs no grant of its own, a release no revocation, and one
+// keep-alive renews every hold. Each key is still checked on its own at
+// every renewal, so a hold learns of its own loss (its key deleted) and of
+// the lease's.
+type sharedLease struct {
 	id    clientv3.LeaseID
 	ttl   int64     // granted, seconds
-	alive time.Time // when etcd last had it
+	alive time.Time // send time of the last grant or keep-alive etcd answered
 }
 
-// maxSpares bounds the spare leases a backend keeps.
-const maxSpares = 64
-
-// takeSpare returns a spare lease for TTL need (seconds) that should still
-// be alive: one whose last keep-alive was less than half its TTL ago.
-// Older ones are revoked.
-func (b *Backend) takeSpare(need int64) (spareLease, bool) {
-	b.mu.Lock()
-	var stale []clientv3.LeaseID
-	var got spareLease
-	found := false
-	for ps := b.spares[need]; len(ps) > 0; {
-		p := ps[len(ps)-1]
-		ps = ps[:len(ps)-1]
-		b.spares[need] = ps
-		b.nspares--
-		if time.Since(p.alive) < time.Duration(p.ttl)*time.Second/2 {
-			got, found = p, true
-			break
-		}
-		stale = append(stale, p.id)
-	}
-	b.mu.Unlock()
-	for _, id := range stale {
-		b.revokeLater(id)
-	}
-	return got, found
+// fresh reports whether the lease was confirmed alive so recently that an
+// acquisition may count its grant from then (Grant.Age) instead of
+// confirming it with a keep-alive of its own: within an eighth of its TTL.
+func (l sharedLease) fresh(now time.Time) bool {
+	return now.Sub(l.alive) < time.Duration(l.ttl)*time.Second/8
 }
 
-// putSpare keeps a lease without keys for reuse, or revokes it.
-func (b *Backend) putSpare(need int64, p spareLease) {
-	b.mu.Lock()
-	if b.closed || b.nspares >= maxSpares {
-		b.mu.Unlock()
-		b.revokeLater(p.id)
+// tracked is the backend's holds on its shared leases, for sweep.
+type tracked struct {
+	mu    sync.Mutex
+	m     map[*handle]struct{}
+	swept time.Time
+}
+
+// track records a hold granted on a shared lease, until untrack.
+func (b *Backend) track(h *handle) {
+	t := &b.tracked
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = make(map[*handle]struct{})
+	}
+	t.m[h] = struct{}{}
+	t.mu.Unlock()
+}
+
+// untrack forgets a hold that was released or lost.
+func (b *Backend) untrack(h *handle) {
+	t := &b.tracked
+	t.mu.Lock()
+	delete(t.m, h)
+	t.mu.Unlock()
+}
+
+// sweep deletes, at most once a second, the keys on shared leases whose
+// holds were last confirmed alive more than their TTL ago: the Client
+// has given them up (a renewal or release that failed), and the shared
+// lease, kept alive for the other holds, would otherwise keep them, and
+// their locks, for ever. A lease of its own would have expired by then.
+func (b *Backend) sweep(shared map[clientv3.LeaseID]bool) {
+	t := &b.tracked
+	now := time.Now()
+	t.mu.Lock()
+	if now.Sub(t.swept) < time.Second || len(t.m) == 0 {
+		t.mu.Unlock()
 		return
 	}
-	if b.spares == nil {
-		b.spares = make(map[int64][]spareLease)
+	t.swept = now
+	stale := make(map[string][]*handle)
+	for h := range t.m {
+		h.mu.Lock()
+		if shared[h.lease] && now.Sub(h.alive) > time.Duration(h.need)*time.Second {
+			stale[h.key] = append(stale[h.key], h)
+		}
+		h.mu.Unlock()
 	}
-	b.spares[need] = append(b.spares[need], p)
-	b.nspares++
-	b.mu.Unlock()
+	if len(stale) > 0 {
+		for h := range t.m {
+			// A reentrant hold of the same key that is still kept.
+			if hs, ok := stale[h.key]; ok && !slices.Contains(hs, h) {
+				delete(stale, h.key)
+			}
+		}
+		for _, hs := range stale {
+			for _, h := range hs {
+				delete(t.m, h)
+			}
+		}
+	}
+	t.mu.Unlock()
+	for key := range stale {
+		b.deleteLater(key)
+	}
 }
 
-// revokeTimeout bounds a background lease revocation.
+// leases is the backend's shared leases, by the TTL asked for.
+type leases struct {
+	mu       sync.Mutex
+	byNeed   map[int64]*sharedLease
+	granting map[int64]chan struct{} // a grant in flight, closed when it ends
+}
+
+// shared returns the backend's lease for TTL need (seconds), granting one
+// if it has none; concurrent callers share one grant.
+func (b *Backend) shared(ctx context.Context, need int64) (sharedLease, error) {
+	ls := &b.leases
+	for {
+		ls.mu.Lock()
+		if l := ls.byNeed[need]; l != nil {
+			ls.mu.Unlock()
+			return *l, nil
+		}
+		if ch := ls.granting[need]; ch != nil {
+			ls.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return sharedLease{}, ctx.Err()
+			}
+		}
+		ch := make(chan struct{})
+		if ls.granting == nil {
+			ls.granting = make(map[int64]chan struct{})
+			ls.byNeed = make(map[int64]*sharedLease)
+		}
+		ls.granting[need] = ch
+		ls.mu.Unlock()
+
+		sent := time.Now()
+		lr, err := b.cli.Grant(ctx, need)
+		ls.mu.Lock()
+		delete(ls.granting, need)
+		close(ch)
+		var l sharedLease
+		if err == nil {
+			l = sharedLease{id: lr.ID, ttl: lr.TTL, alive: sent}
+			ls.byNeed[need] = &l
+		}
+		ls.mu.Unlock()
+		return l, err
+	}
+}
+
+// noteKeepAlive records the answers to keep-alives sent at sent: a shared
+// lease that etcd renewed is alive from then; one it does not know is
+// dropped, so that the next acquisition grants another.
+func (b *Backend) noteKeepAlive(ttls map[clientv3.LeaseID]int64, sent time.Time) {
+	ls := &b.leases
+	ls.mu.Lock()
+	shared := make(map[clientv3.LeaseID]bool, len(ls.byNeed))
+	for need, l := range ls.byNeed {
+		shared[l.id] = true
+		ttl, ok := ttls[l.id]
+		switch {
+		case !ok:
+		case ttl <= 0:
+			delete(ls.byNeed, need)
+		case sent.After(l.alive):
+			l.alive = sent
+		}
+	}
+	ls.mu.Unlock()
+	b.sweep(shared)
+}
+
+// dropShared forgets the shared lease id, which etcd no longer knows.
+func (b *Backend) dropShared(id clientv3.LeaseID) {
+	b.noteKeepAlive(map[clientv3.LeaseID]int64{id: 0}, time.Time{})
+}
+
+// freshShared returns the shared lease id if it is fresh.
+func (b *Backend) freshShared(id clientv3.LeaseID) (sharedLease, bool) {
+	ls := &b.leases
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, l := range ls.byNeed {
+		if l.id == id && l.fresh(time.Now()) {
+			return *l, true
+		}
+	}
+	return sharedLease{}, false
+}
+
+// isShared reports whether id is one of the backend's shared leases.
+func (b *Backend) isShared(id clientv3.LeaseID) bool {
+	ls := &b.leases
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, l := range ls.byNeed {
+		if l.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// closeLeases revokes the shared leases that hold no keys (Close does not
+// release held locks: their keys expire with their lease).
+func (b *Backend) closeLeases() {
+	ls := &b.leases
+	ls.mu.Lock()
+	var ids []clientv3.LeaseID
+	for _, l := range ls.byNeed {
+		ids = append(ids, l.id)
+	}
+	ls.byNeed = nil
+	ls.mu.Unlock()
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		r, err := b.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+		if err == nil && len(r.Keys) == 0 {
+			_, _ = b.cli.Revoke(ctx, id)
+		}
+		cancel()
+	}
+}
+
+// revokeTimeout bounds a background lease revocation or key deletion.
 const revokeTimeout = 3 * time.Second
 
-// revokeLater revokes lease id in the background: the lease of a released
-// hold that cannot be reused, of a withdrawn waiter or of a failed attempt.
-// Revoking deletes the keys still attached to it; nothing depends on its
-// success, since an unrevoked lease expires with its TTL. When many
-// revocations are in flight it revokes in the caller's goroutine instead.
+// revokeLater revokes lease id in the background: a lease a key was moved
+// onto (for a longer TTL) once the key is released. Revoking deletes the
+// keys still attached to it; nothing depends on its success, since an
+// unrevoked lease expires with its TTL. When many requests are in flight
+// in the background it revokes in the caller's goroutine instead.
 func (b *Backend) revokeLater(id clientv3.LeaseID) {
-	if id == clientv3.NoLease {
+	if id == clientv3.NoLease || b.isShared(id) {
 		return
 	}
+	b.later(func(ctx context.Context) { _, _ = b.cli.Revoke(ctx, id) })
+}
+
+// deleteLater deletes key in the background: the key of an acquisition
+// that failed after it may have been put. Keys are unique to their
+// acquisition, so this touches no other. A key on a shared lease would
+// live as long as the backend's other holds keep that lease alive, so the
+// deletion is tried again until it succeeds or the backend closes (then
+// nothing keeps the lease alive any more).
+func (b *Backend) deleteLater(key string) {
+	b.later(func(ctx context.Context) {
+		_, err := b.cli.Delete(ctx, key)
+		for n := 1; err != nil; n++ {
+			select {
+			case <-b.quit:
+				return
+			case <-time.After(backoff(n)):
+			}
+			actx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+			_, err = b.cli.Delete(actx, key)
+			cancel()
+		}
+	})
+}
+
+// later runs f in the background (or, when many are in flight, in the
+// caller's goroutine), bounded by revokeTimeout; Close waits for it.
+func (b *Backend) later(f func(ctx context.Context)) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -131,16 +301,11 @@ func (b *Backend) revokeLater(id clientv3.LeaseID) {
 	}
 	b.bg.Add(1)
 	b.mu.Unlock()
-	b.revoke(id)
-}
-
-// revoke revokes id; the caller has done b.bg.Add(1).
-func (b *Backend) revoke(id clientv3.LeaseID) {
 	run := func() {
 		defer b.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 		defer cancel()
-		_, _ = b.cli.Revoke(ctx, id)
+		f(ctx)
 	}
 	select {
 	case b.bgSem <- struct{}{}:

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +13,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// keepAlive renews the leases ids once (see keepAlives.keepAlive) and
+// notes what it learnt of the shared leases.
 func (b *Backend) keepAlive(ctx context.Context, ids []clientv3.LeaseID) (map[clientv3.LeaseID]int64, error) {
-	return b.ka.keepAlive(ctx, ids)
+	sent := time.Now()
+	ttls, err := b.ka.keepAlive(ctx, ids)
+	b.noteKeepAlive(ttls, sent)
+	return ttls, err
 }
 
 // renewal is one hold to renew: its handle, owner and token, and the TTL
@@ -116,7 +122,7 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 		defer wg.Done()
 		ttls, kaErr = b.keepAlive(ctx, ids)
 	}()
-	kvs, err := b.read(ctx, keys)
+	kvs, present, err := b.readHeld(ctx, ids, keys)
 	wg.Wait()
 	if err != nil {
 		err = wrap(ctx, "reading the keys of held locks", err)
@@ -127,8 +133,9 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 	}
 	var adopt []*renewal
 	for i, it := range items {
-		it.kv = kvs[keys[i]]
-		if it.check() {
+		if present[keys[i]] {
+			it.kv = &mvccpb.KeyValue{Key: []byte(keys[i]), CreateRevision: it.token, Lease: int64(ids[i])}
+		} else if it.kv = kvs[keys[i]]; it.check() {
 			continue
 		}
 		if clientv3.LeaseID(it.kv.Lease) != ids[i] {
@@ -198,8 +205,49 @@ func (it *renewal) judge(ctx context.Context, ttls map[clientv3.LeaseID]int64, k
 // --max-txn-ops defaults to 128).
 const maxTxnOps = 100
 
-// read reads keys with linearizable reads, one transaction per 100 keys,
-// and returns those that exist.
+// readHeld reads the keys of the items (each on lease ids[i]). When more
+// than maxTxnOps of them are on one shared lease, one request for the keys
+// etcd has attached to that lease stands for their reads: a key of this
+// backend's acquisition (its name is unique to it) attached to the
+// backend's lease exists and is the hold's, since dlock never re-creates a
+// key. Those keys are in present, the others, read, in kvs.
+func (b *Backend) readHeld(ctx context.Context, ids []clientv3.LeaseID, keys []string) (kvs map[string]*mvccpb.KeyValue, present map[string]bool, err error) {
+	per := make(map[clientv3.LeaseID]int)
+	for _, id := range ids {
+		per[id]++
+	}
+	attached := make(map[string]clientv3.LeaseID)
+	for id, n := range per {
+		if n <= maxTxnOps || !b.isShared(id) {
+			continue
+		}
+		r, err := b.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, k := range r.Keys {
+			attached[string(k)] = id
+		}
+	}
+	present = make(map[string]bool)
+	var rest []string
+	for i, k := range keys {
+		if id, ok := attached[k]; ok && id == ids[i] {
+			present[k] = true
+		} else {
+			rest = append(rest, k)
+		}
+	}
+	kvs, err = b.read(ctx, rest)
+	return kvs, present, err
+}
+
+// readParallel is how many read transactions of one renewal are in
+// flight at once.
+const readParallel = 8
+
+// read reads keys with linearizable reads, one transaction per 100 keys
+// (up to readParallel at once), and returns those that exist.
 func (b *Backend) read(ctx context.Context, keys []string) (map[string]*mvccpb.KeyValue, error) {
 	out := make(map[string]*mvccpb.KeyValue, len(keys))
 	if len(keys) == 1 {
@@ -212,22 +260,41 @@ func (b *Backend) read(ctx context.Context, keys []string) (map[string]*mvccpb.K
 		}
 		return out, nil
 	}
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, readParallel)
+	)
 	for len(keys) > 0 {
 		n := min(len(keys), maxTxnOps)
-		ops := make([]clientv3.Op, n)
-		for i := range n {
-			ops[i] = clientv3.OpGet(keys[i])
-		}
-		tr, err := b.cli.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return nil, err
-		}
-		for i := range n {
-			if kv := firstKV(tr, i); kv != nil {
-				out[string(kv.Key)] = kv
-			}
-		}
+		chunk := keys[:n]
 		keys = keys[n:]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ops := make([]clientv3.Op, len(chunk))
+			for i, k := range chunk {
+				ops[i] = clientv3.OpGet(k)
+			}
+			tr, err := b.cli.Txn(ctx).Then(ops...).Commit()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstErr = cmp.Or(firstErr, err)
+				return
+			}
+			for i := range chunk {
+				if kv := firstKV(tr, i); kv != nil {
+					out[string(kv.Key)] = kv
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return out, nil
 }
@@ -282,7 +349,8 @@ func (b *Backend) moveLease(ctx context.Context, it *renewal) error {
 }
 
 // Release takes one hold off h's key: it deletes the key when this was the
-// last hold (and then revokes its lease in the background) and otherwise
+// last hold (and then, unless it is a shared lease, revokes its lease in
+// the background) and otherwise
 // decrements the hold count, in a transaction that compares the key's create
 // revision (the token) and, for the count, its mod revision. A key that is
 // gone or not h's is an error matching dlock.ErrLeaseLost and nothing is
@@ -292,7 +360,13 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	if err != nil {
 		return err
 	}
-	return b.release(ctx, hd, h.Owner, int64(h.Token))
+	err = b.release(ctx, hd, h.Owner, int64(h.Token))
+	if err == nil || errors.Is(err, dlock.ErrLeaseLost) {
+		// Otherwise the key stays tracked, and sweep deletes it once
+		// its TTL has passed without a renewal.
+		b.untrack(hd)
+	}
+	return err
 }
 
 func (b *Backend) release(ctx context.Context, h *handle, owner string, token int64) error {
@@ -311,11 +385,7 @@ func (b *Backend) release(ctx context.Context, h *handle, owner string, token in
 		if tr.Succeeded {
 			if dr := tr.Responses[0].GetResponseDeleteRange(); dr != nil {
 				for _, kv := range dr.PrevKvs {
-					if p, ok := h.spare(clientv3.LeaseID(kv.Lease)); ok {
-						b.putSpare(h.need, p)
-					} else {
-						b.revokeLater(clientv3.LeaseID(kv.Lease))
-					}
+					b.revokeLater(clientv3.LeaseID(kv.Lease)) // unless shared
 				}
 			}
 			return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/dur"
 	"github.com/dlock-dev/dlock/internal/errkind"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -39,7 +40,7 @@ type waiter struct {
 // does.
 func (w *waiter) Wait(ctx context.Context) error {
 	if w.retry > 0 {
-		return sleepCtx(ctx, backoff(w.retry))
+		return dur.Sleep(ctx, backoff(w.retry))
 	}
 	if w.pred == "" {
 		return ctx.Err()
@@ -81,6 +82,12 @@ func (w *waiter) Wait(ctx context.Context) error {
 				}
 			}
 		case <-t.C:
+			if l, ok := w.b.freshShared(w.h.leaseID()); ok {
+				// Another request of the backend kept the lease alive.
+				w.lastKA = l.alive
+				w.h.kept(l.id, l.alive)
+				continue
+			}
 			sent := time.Now()
 			kctx, kcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
 			ttls, err := w.b.keepAlive(kctx, []clientv3.LeaseID{w.h.leaseID()})
@@ -103,7 +110,9 @@ func (w *waiter) Wait(ctx context.Context) error {
 // Acquire checks, in one transaction, that the waiter's key still exists
 // with its create revision and whether an older key is left, while a
 // keep-alive of its lease, sent after the attempt began, confirms that etcd
-// keeps the key for a full TTL from now.
+// keeps the key for a full TTL from now; a shared lease confirmed within
+// the last eighth of its TTL needs none, and the grant counts from that
+// confirmation (Grant.Age).
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	b, h := w.b, w.h
 	lp := b.lockPrefix(w.req.Name)
@@ -111,13 +120,12 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	lease := h.leaseID()
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
 	defer cancel()
-	kac := b.keepAliveAsync(actx, lease)
-	mine := clientv3.Compare(clientv3.CreateRevision(h.key), "=", w.rev)
-	tr, err := b.cli.Txn(actx).If(mine).
-		Then(clientv3.OpGet(h.key),
-			clientv3.OpGet(lp, clientv3.WithFirstCreate()...),
-			clientv3.OpGet(lp, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1))...)).
-		Commit()
+	kac := b.confirmAsync(actx, lease)
+	tr, err := w.check(actx, lp, true)
+	if err == nil && !tr.Succeeded {
+		// The member may not have seen the key's creation yet.
+		tr, err = w.check(actx, lp, false)
+	}
 	ka := <-kac
 	if err != nil {
 		return dlock.Grant{}, w.failed(ctx, actx, "checking the queue", err)
@@ -163,7 +171,31 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		// Still the lowest key: the next attempt, timed anew, grants it.
 		return dlock.Grant{}, w.again("confirming the grant", fmt.Errorf("answered %v after the request, more than half the TTL", elapsed.Round(time.Millisecond)))
 	}
-	return dlock.Grant{Token: uint64(w.rev), Count: max(decode(own).Holds, 1), Handle: h}, nil
+	g := dlock.Grant{Token: uint64(w.rev), Count: max(decode(own).Holds, 1), Handle: h}
+	if sameLease {
+		g.Age = max(sent.Sub(ka.sent), 0) // confirmed before the attempt: counts from then
+	}
+	b.track(h)
+	return g, nil
+}
+
+// check reads, in one transaction if the waiter's key exists with its
+// create revision, the key, the holder and the waiter's predecessor. A
+// serializable read (from the member's own state, without a round through
+// the leader) is enough once the key exists in it: keys older than the
+// waiter's can only go, never come, so if the member's state has none,
+// none is left.
+func (w *waiter) check(ctx context.Context, lp string, serializable bool) (*clientv3.TxnResponse, error) {
+	var opts []clientv3.OpOption
+	if serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	mine := clientv3.Compare(clientv3.CreateRevision(w.h.key), "=", w.rev)
+	return w.b.cli.Txn(ctx).If(mine).
+		Then(clientv3.OpGet(w.h.key, opts...),
+			clientv3.OpGet(lp, append(clientv3.WithFirstCreate(), opts...)...),
+			clientv3.OpGet(lp, append(clientv3.WithLastCreate(), append(opts, clientv3.WithMaxCreateRev(w.rev-1))...)...)).
+		Commit()
 }
 
 // failed turns an etcd error of an attempt into the waiter's answer: an
@@ -193,14 +225,18 @@ func (w *waiter) gone(lease clientv3.LeaseID) error {
 }
 
 // Cancel withdraws the waiter: it deletes its key (or, if a reentrant hold
-// of the same owner was added to it, takes one hold off) and revokes its
-// lease.
+// of the same owner was added to it, takes one hold off); when that fails,
+// the key is deleted in the background.
 func (w *waiter) Cancel(ctx context.Context) error {
 	lease := w.h.leaseID()
 	err := w.b.release(ctx, w.h, w.req.Owner, w.rev)
-	if errors.Is(err, dlock.ErrLeaseLost) {
+	switch {
+	case errors.Is(err, dlock.ErrLeaseLost):
 		w.b.revokeLater(lease)
 		return nil
+	case err != nil:
+		// Nothing else would: the shared lease outlives the waiter.
+		w.b.deleteLater(w.h.key)
 	}
 	return err
 }

@@ -3,6 +3,8 @@ package zookeeper
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -101,21 +103,27 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 }
 
 // RenewBatch renews many holds at once: the requests go out together on
-// the one connection, so a batch costs one round trip.
+// the one connection, pipelined by a fixed number of goroutines (not one
+// per hold), so a batch costs few round trips.
 func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	errs := make([]error, len(rs))
-	done := make(chan struct{}, len(rs))
-	for i, r := range rs {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(rs), renewWorkers) {
+		wg.Add(1)
 		go func() {
-			errs[i] = b.Renew(ctx, r.Hold, r.TTL)
-			done <- struct{}{}
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(rs); i = int(next.Add(1) - 1) {
+				errs[i] = b.Renew(ctx, rs[i].Hold, rs[i].TTL)
+			}
 		}()
 	}
-	for range rs {
-		<-done
-	}
+	wg.Wait()
 	return errs
 }
+
+// renewWorkers is how many renewals of a batch are in flight at once.
+const renewWorkers = 64
 
 // Release gives up one hold of h: it deletes h's node when h is its only
 // hold (one conditional delete for a plain, non-reentrant hold), and

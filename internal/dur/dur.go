@@ -3,6 +3,7 @@
 package dur
 
 import (
+	"context"
 	"math"
 	"time"
 )
@@ -31,4 +32,16 @@ func Sum(a, b time.Duration) time.Duration {
 		return s
 	}
 	return math.MaxInt64
+}
+
+// Sleep waits for d or until ctx is done, and then returns ctx.Err().
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
