@@ -46,8 +46,10 @@ after a 0.5 s warm-up:
                3 s): bytes per lease, goroutines, renewal calls/s, leases
                lost (heldN: N leases only)
 Every workload reports calls/op, the calls its Clients made to the backend
-per operation; on Redis also store-req/op, the commands the server counted
-(INFO stats; every client of the server's, so run it on a quiet server).
+per operation, and where the store counts its requests store-req/op, the
+store's count: Redis commands (those its scripts run included), etcd gRPC
+messages received, ZooKeeper packets received (mntr), MySQL statements
+(Questions). The store counts every client's: run it on a quiet store.
 Lock names start with "dlockbench/"; nothing is left held.
 
 Progress goes to stderr, a table to stdout (--json: one JSON document).

@@ -87,7 +87,7 @@
 // dlocktest, each timed after a 0.5 s warm-up: uncontended, distinct
 // names, 8 and 64 contenders on one name, a herd of 10, 100 and 1,000
 // waiters, and 10,000 and 100,000 leases held. It prints a table on stdout
-// (--json: JSON) with the backend calls per operation and, on Redis, the
-// commands the server counted. It exits 0 when every workload ran, 1 if
+// (--json: JSON) with the backend calls per operation and, on Redis, etcd,
+// ZooKeeper and MySQL, the requests the store counted. It exits 0 when every workload ran, 1 if
 // one failed, 2 on a usage error and 5 on a backend error.
 package main
