@@ -48,14 +48,14 @@ func TestDocument(t *testing.T) {
 			t.Errorf("%s: %v", c.file, err)
 		}
 	}
-	doc := document(config{runs: 2, label: "test"}, rs, charts, []string{"Machine: test"}, 0)
+	doc := document(config{runs: 2, heldRuns: 1, label: "test"}, rs, charts, []string{"Machine: test"}, 0)
 	for _, want := range []string{
 		"| workload | figure | dlock | redsync | redislock | floor |",
 		"| Uncontended | ops/s | 11.0k (2.00) | 5500 (1.00) | 4000 (0.73) | 20.0k (3.64) |",
 		"| Uncontended | p99-µs | 450 (1.50) | 300 (1.00) | 900 (3.00) | – |",
 		"| Herd/10 | store-req/release | 3 | – | – | – |",
 		"- Redis/dlock/Held/100000",
-		"> **test**", "median of 2 runs", "- Machine: test", "![", "bench/herd.png",
+		"> **test**", "median of 2 runs (Held: of 1)", "- Machine: test", "![", "bench/herd.png",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("document lacks %q:\n%s", want, doc)

@@ -11,8 +11,10 @@
 //
 // The servers are those the benchmarks start (internal/testserver), or the
 // ones named by REDIS_ADDR, REDLOCK_ADDRS, ETCD_ADDR, ZK_ADDR, PG_DSN and
-// MYSQL_DSN. -benchtime, -held and -timeout bound the whole generation:
-// the defaults take about 20 minutes on 2 cores.
+// MYSQL_DSN. -benchtime, -held, -held-runs and -timeout bound the whole
+// generation: the defaults take about 20 minutes on a quiet machine with 2
+// cores, and -timeout (25 minutes) ends it in any case, the document then
+// saying that it is incomplete.
 package main
 
 import (
@@ -34,6 +36,7 @@ type config struct {
 	benchtime string
 	backends  string
 	held      string
+	heldRuns  int
 	timeout   time.Duration
 	label     string
 	input     string
@@ -43,9 +46,10 @@ func main() {
 	var c config
 	flag.IntVar(&c.runs, "runs", 3, "runs of every benchmark; the document shows their medians")
 	flag.StringVar(&c.out, "out", "../docs", "the directory of BENCHMARKS.md; charts go to its bench/")
-	flag.StringVar(&c.benchtime, "benchtime", "2s", "go test -benchtime of the timed workloads")
+	flag.StringVar(&c.benchtime, "benchtime", "1s", "go test -benchtime of the timed workloads")
 	flag.StringVar(&c.backends, "backends", "Redis|Redlock|Etcd|ZooKeeper|Postgres|MariaDB", "the Benchmark functions to run (a regexp)")
-	flag.StringVar(&c.held, "held", "10000", "the Held sizes to run once per run (a regexp; empty: none)")
+	flag.StringVar(&c.held, "held", "10000", "the Held sizes to run (a regexp; empty: none)")
+	flag.IntVar(&c.heldRuns, "held-runs", 1, "runs of Held (its figures vary little; each run holds for 4 s after taking the leases)")
 	flag.DurationVar(&c.timeout, "timeout", 25*time.Minute, "bound of the whole generation")
 	flag.StringVar(&c.label, "label", "", "a note put at the top of the document (e.g. that the machine was loaded)")
 	flag.StringVar(&c.input, "input", "", "read benchmark output from this file instead of running the benchmarks")
@@ -57,8 +61,8 @@ func main() {
 }
 
 func run(c config) error {
-	if c.runs < 1 {
-		return fmt.Errorf("-runs %d: want at least 1", c.runs)
+	if c.runs < 1 || c.heldRuns < 1 {
+		return fmt.Errorf("-runs %d, -held-runs %d: want at least 1", c.runs, c.heldRuns)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
@@ -100,14 +104,17 @@ func run(c config) error {
 func runBenchmarks(ctx context.Context, c config) ([]byte, error) {
 	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Herd)$"
 	var all []byte
-	for _, pass := range []struct{ bench, benchtime string }{
-		{"^Benchmark(" + c.backends + ")$/./" + workloads, c.benchtime},
-		{"^Benchmark(" + c.backends + ")$/^dlock$/^Held$/^(" + c.held + ")$", "1x"},
+	for _, pass := range []struct {
+		bench, benchtime string
+		runs             int
+	}{
+		{"^Benchmark(" + c.backends + ")$/./" + workloads, c.benchtime, c.runs},
+		{"^Benchmark(" + c.backends + ")$/^dlock$/^Held$/^(" + c.held + ")$", "1x", c.heldRuns},
 	} {
 		if strings.HasSuffix(pass.bench, "/^()$") {
 			continue
 		}
-		out, err := goTest(ctx, pass.bench, pass.benchtime, c)
+		out, err := goTest(ctx, pass.bench, pass.benchtime, pass.runs)
 		all = append(all, out...)
 		if err != nil {
 			// A benchmark that failed is listed in the document; the
@@ -127,7 +134,7 @@ func runBenchmarks(ctx context.Context, c config) ([]byte, error) {
 
 // goTest runs one go test -bench in the bench module (the current
 // directory), bounded by ctx.
-func goTest(ctx context.Context, bench, benchtime string, c config) ([]byte, error) {
+func goTest(ctx context.Context, bench, benchtime string, runs int) ([]byte, error) {
 	// go test's own timeout, a little before ctx's, ends it with the
 	// results printed so far.
 	left := time.Until(deadline(ctx)) - 30*time.Second
@@ -135,7 +142,7 @@ func goTest(ctx context.Context, bench, benchtime string, c config) ([]byte, err
 		return nil, ctx.Err()
 	}
 	args := []string{"test", "-run", "^$", "-bench", bench, "-benchtime", benchtime,
-		"-count", fmt.Sprint(c.runs), "-timeout", left.Round(time.Second).String(), "."}
+		"-count", fmt.Sprint(runs), "-timeout", left.Round(time.Second).String(), "."}
 	fmt.Fprintf(os.Stderr, "benchdoc: go %s\n", strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, "go", args...)
 	var buf strings.Builder

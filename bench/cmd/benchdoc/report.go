@@ -70,12 +70,12 @@ func document(c config, rs results, charts []chart, env []string, took time.Dura
 Every library runs the same workloads (package dlocktest: BenchLockers, and
 for dlock BenchHerd and BenchHeld) in one process per backend, against the
 same server, each with its defaults; see the bench module's doc.go. Every
-figure is the median of %d runs. Beside it, in brackets, its ratio to the
+figure is the median of %d runs (Held: of %d). Beside it, in brackets, its ratio to the
 best peer's figure (dlock's own variants and the Redis round-trip floor are
 not peers): above 1 is ahead for rates, below 1 is ahead for latencies,
 bytes and requests. A dash: the library does not run that workload.
 
-`, c.runs)
+`, c.runs, c.heldRuns)
 	for _, be := range rs.backends() {
 		backendTable(&b, rs, be)
 	}
