@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,9 @@ BenchmarkRedis/floor/Uncontended-2         	    1000	     50000 ns/op
 BenchmarkRedis/dlock/Herd/10-2             	     100	     10000 ns/op	  4.0 store-req/release	 700 handoff-p99-µs
 --- FAIL: BenchmarkRedis/dlock/Held/100000
 BenchmarkEtcd/dlock/Requests-2             	     100	     10000 ns/op
+BenchmarkPostgres/dlock-session/Fair/Uncontended-2 	     100	     10000 ns/op	 100 ops/s
+BenchmarkPostgres/dlock/Default/Herd/10-2 	     100	     10000 ns/op	 3 store-req/release
+--- FAIL: BenchmarkPostgres/dlock/Held
 PASS
 `
 
@@ -35,7 +39,10 @@ func TestDocument(t *testing.T) {
 	if r := rs.get("Redis", "floor", "Uncontended"); r == nil || r.metrics["ops/s"] != 20000 {
 		t.Errorf("floor: %+v; want ops/s from ns/op, 20000", r)
 	}
-	if rs.get("Etcd", "dlock", "Requests") == nil || len(rs.failed) != 1 || rs.failed[0] != "Redis/dlock/Held/100000" {
+	if rs.get("Postgres", "dlock-session-fair", "Uncontended") == nil || rs.get("Postgres", "dlock", "Herd/10") == nil {
+		t.Errorf("Default and Fair of dlocktest.Bench: %v", rs.in("Postgres"))
+	}
+	if rs.get("Etcd", "dlock", "Requests") == nil || !slices.Equal(rs.failed, []string{"Redis/dlock/Held/100000", "Postgres/dlock/Held"}) {
 		t.Errorf("results %v, failed %q", rs.backends(), rs.failed)
 	}
 	dir := t.TempDir()

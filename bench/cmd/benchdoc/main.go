@@ -102,7 +102,9 @@ func run(c config) error {
 // returns their output, which it also copies to stderr as it comes, and
 // saves beside the document (bench/raw.txt) for -input.
 func runBenchmarks(ctx context.Context, c config) ([]byte, error) {
-	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Herd)$"
+	// dlocktest.Bench (the SQL backends) puts the workloads under
+	// Default and Fair.
+	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Herd|Default|Fair)$"
 	var all []byte
 	for _, pass := range []struct {
 		bench, benchtime string

@@ -89,10 +89,27 @@ func parse(out string) results {
 		runs[m[1]] = append(runs[m[1]], metrics)
 	}
 	for _, name := range order {
-		parts := strings.SplitN(name, "/", 3)
-		rs.list = append(rs.list, &result{backend: parts[0], lib: parts[1], workload: parts[2], metrics: medians(runs[name]), runs: len(runs[name])})
+		backend, lib, workload := split(name)
+		rs.list = append(rs.list, &result{backend: backend, lib: lib, workload: workload, metrics: medians(runs[name]), runs: len(runs[name])})
 	}
+	rs.failed = slices.DeleteFunc(rs.failed, func(f string) bool {
+		// A benchmark fails with its sub-benchmark: keep the latter.
+		return slices.ContainsFunc(rs.failed, func(g string) bool { return strings.HasPrefix(g, f+"/") })
+	})
 	return rs
+}
+
+// split splits Backend/lib/Workload; dlocktest.Bench's Backend/lib/Fair/W
+// is lib-fair's W, and its Backend/lib/Default/W lib's.
+func split(name string) (backend, lib, workload string) {
+	parts := strings.SplitN(name, "/", 3)
+	backend, lib, workload = parts[0], parts[1], parts[2]
+	if w, ok := strings.CutPrefix(workload, "Default/"); ok {
+		workload = w
+	} else if w, ok := strings.CutPrefix(workload, "Fair/"); ok {
+		lib, workload = lib+"-fair", w
+	}
+	return backend, lib, workload
 }
 
 // medians is the median of each unit over runs.
