@@ -21,4 +21,13 @@
 //	cd bench && go test -run XXX -bench 'Redis/dlock/Held' -benchtime 1x
 //	cd bench && DLOCK_BENCH_HELD_TTL=30s go test -run XXX -bench 'Postgres/dlock/Held/10000$' -benchtime 1x
 //	cd bench && go test -run XXX -bench 'Redis/.*/Herd' -benchtime 100x
+//
+// # docs/BENCHMARKS.md
+//
+// cmd/benchdoc runs these benchmarks (the timed workloads of every
+// library, then dlock's Held), -runs times, and writes docs/BENCHMARKS.md
+// from their medians, with the ratio to the best peer beside each figure,
+// and its charts in docs/bench/ (the raw output too, in docs/bench/raw.txt):
+//
+//	cd bench && go run ./cmd/benchdoc -runs 3 -out ../docs
 package bench

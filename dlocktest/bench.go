@@ -2,10 +2,8 @@ package dlocktest
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"sync"
-	"sync/atomic"
+	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -26,8 +24,9 @@ type Locker interface {
 //   - Uncontended: one goroutine locks and unlocks one name; p50 and p99
 //     latency of the pair.
 //   - DistinctNames: 32 goroutines, each on its own name; ops/s.
-//   - Contended: 8 goroutines, each with its own client (its own
-//     connection), on one name; grants/s, owner changes/s (grants to
+//   - Contended (8) and Contended64: goroutines, each with its own client (its own
+//     connection), on one name, each doing [ContendedWork] while it
+//     holds the lock; grants/s, owner changes/s (grants to
 //     another goroutine than the one that released last), a waiter's wait
 //     p50/p99, the hand-off latency p50/p99 from a release to the next
 //     holder's grant, and Jain's fairness index over the goroutines' grants.
@@ -69,146 +68,52 @@ func (l clientLocker) Lock(ctx context.Context, name string) (func(context.Conte
 	return lease.Unlock, nil
 }
 
+// ContendedWork is the work each contender of the Contended workloads does
+// while it holds the lock.
+const ContendedWork = 100 * time.Microsecond
+
 // BenchLockers runs the workloads of [Bench] on lockers made by newLocker;
 // each call stands for a separate process with its own connection.
+// Contended runs 8 contenders, Contended64 64.
 func BenchLockers(b *testing.B, newLocker func(b *testing.B) Locker) {
 	prefix := "dlockbench/" + randHex(6) + "/"
-	b.Run("Uncontended", func(b *testing.B) { uncontended(b, newLocker(b), prefix+"u") })
-	b.Run("DistinctNames", func(b *testing.B) { distinct(b, newLocker(b), prefix+"d/", 32) })
-	b.Run("Contended", func(b *testing.B) { contended(b, newLocker, prefix+"c", 8) })
+	ctx := context.Background()
+	b.Run("Uncontended", func(b *testing.B) {
+		l := newLocker(b)
+		report(b)(uncontended(ctx, l, prefix+"u", opsSpan(b.N, b.ResetTimer)))
+	})
+	b.Run("DistinctNames", func(b *testing.B) {
+		l := newLocker(b)
+		report(b)(distinct(ctx, l, prefix+"d/", 32, opsSpan(b.N, b.ResetTimer)))
+	})
+	for _, n := range []int{8, 64} {
+		name := "Contended"
+		if n != 8 {
+			name += strconv.Itoa(n)
+		}
+		b.Run(name, func(b *testing.B) {
+			lockers := make([]Locker, n)
+			for i := range lockers {
+				lockers[i] = newLocker(b)
+			}
+			report(b)(contended(ctx, lockers, prefix+name, ContendedWork, opsSpan(b.N, b.ResetTimer)))
+		})
+	}
 }
 
-func uncontended(b *testing.B, l Locker, name string) {
-	ctx := context.Background()
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		unlock, err := l.Lock(ctx, name)
-		if err != nil {
+// report returns a function that reports r's metrics on b, or fails b
+// with err.
+func report(b *testing.B) func(r Result, err error) {
+	return func(r Result, err error) {
+		b.StopTimer()
+		switch {
+		case errors.Is(err, errTooSlow):
+			b.Skip(err)
+		case err != nil:
 			b.Fatal(err)
 		}
-		if err := unlock(ctx); err != nil {
-			b.Fatal(err)
+		for _, m := range r.Metrics {
+			b.ReportMetric(m.Value, m.Unit)
 		}
-		lat = append(lat, time.Since(t0))
 	}
-	b.StopTimer()
-	reportLatency(b, "", lat)
-}
-
-func distinct(b *testing.B, l Locker, prefix string, goroutines int) {
-	ctx := context.Background()
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := fmt.Sprintf("%s%d", prefix, g)
-			for left.Add(-1) >= 0 {
-				unlock, err := l.Lock(ctx, name)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := unlock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/el.Seconds(), "ops/s")
-}
-
-func contended(b *testing.B, newLocker func(*testing.B) Locker, name string, goroutines int) {
-	ctx := context.Background()
-	lockers := make([]Locker, goroutines)
-	for i := range lockers {
-		lockers[i] = newLocker(b)
-	}
-	var (
-		left        atomic.Int64
-		mu          sync.Mutex // guards what follows; taken only by the holder
-		lastHolder  = -1
-		lastRelease time.Time
-		changes     int
-		handoffs    []time.Duration
-		waits       []time.Duration
-		grants      = make([]int, goroutines)
-		wg          sync.WaitGroup
-	)
-	left.Store(int64(b.N))
-	b.ResetTimer()
-	start := time.Now()
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				t0 := time.Now()
-				unlock, err := lockers[g].Lock(ctx, name)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				got := time.Now()
-				mu.Lock()
-				grants[g]++
-				waits = append(waits, got.Sub(t0))
-				if lastHolder >= 0 && lastHolder != g {
-					changes++
-					handoffs = append(handoffs, got.Sub(lastRelease))
-				}
-				lastHolder = g
-				lastRelease = time.Now()
-				mu.Unlock()
-				if err := unlock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/el.Seconds(), "grants/s")
-	b.ReportMetric(float64(changes)/el.Seconds(), "changes/s")
-	reportLatency(b, "wait-", waits)
-	reportLatency(b, "handoff-", handoffs)
-	b.ReportMetric(jain(grants), "jain")
-}
-
-// jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one
-// has everything.
-func jain(xs []int) float64 {
-	var sum, sq float64
-	for _, x := range xs {
-		sum += float64(x)
-		sq += float64(x) * float64(x)
-	}
-	if sq == 0 {
-		return 0
-	}
-	return sum * sum / (float64(len(xs)) * sq)
-}
-
-func reportLatency(b *testing.B, prefix string, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	q := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds())
-	}
-	b.ReportMetric(q(0.50), prefix+"p50-µs")
-	b.ReportMetric(q(0.99), prefix+"p99-µs")
 }

@@ -1,7 +1,6 @@
 package dlocktest
 
 import (
-	"context"
 	"errors"
 	"os"
 	"runtime"
@@ -114,116 +113,7 @@ func StoreRequests(count func() int64) BenchOption {
 func BenchHeld(b *testing.B, newBackend Factory, opts ...BenchOption) {
 	cfg := newBenchConfig(opts)
 	for _, n := range cfg.held {
-		b.Run(strconv.Itoa(n), func(b *testing.B) { held(b, newBackend, cfg, n) })
-	}
-}
-
-func held(b *testing.B, newBackend Factory, cfg benchConfig, n int) {
-	heap0, gor0 := heapInUse(), runtime.NumGoroutine()
-	cnt := new(calls)
-	c, err := dlock.New(counted(newBackend(b), cnt), dlock.TTL(cfg.heldTTL))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	prefix := "dlockbench/" + randHex(6) + "/h/"
-	leases := make([]*dlock.Lease, n)
-	defer func() {
-		// Release what is held in parallel; Close would do it one by one.
-		parallel(n, func(i int) {
-			if leases[i] != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				leases[i].Unlock(ctx)
-				cancel()
-			}
-		})
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.heldBudget)
-	start := time.Now()
-	var took, retries atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
-	parallel(n, func(i int) {
-		if ctx.Err() != nil {
-			return
-		}
-		m := c.Mutex(prefix + strconv.Itoa(i))
-		l, err := m.Lock(ctx)
-		// A store that did not answer in time, as any caller would,
-		// is asked again (a few times): the workload is about holding.
-		for try := 0; try < 3 && errors.Is(err, dlock.ErrBackendUnavailable) && ctx.Err() == nil; try++ {
-			retries.Add(1)
-			l, err = m.Lock(ctx)
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				errOnce.Do(func() { firstErr = err })
-				cancel()
-			}
-			return
-		}
-		leases[i] = l
-		took.Add(1)
-	})
-	over := ctx.Err() != nil
-	cancel()
-	acquire := time.Since(start)
-	if firstErr != nil {
-		b.Fatalf("Lock %d of %d: %v", took.Load()+1, n, firstErr)
-	}
-	if over {
-		b.Skipf("took %d of %d leases in %v (%.0f/s): too slow for this size, skipped", took.Load(), n, acquire.Round(time.Second), float64(took.Load())/acquire.Seconds())
-	}
-	lostTaking := 0
-	for _, l := range leases {
-		if l.Err() != nil {
-			lostTaking++
-		}
-	}
-
-	// Hold for four renewal periods, watching the goroutines.
-	hold := 4 * cfg.heldTTL / 3
-	s0, st0 := cnt.snapshot(), storeCount(cfg)
-	holdStart := time.Now()
-	gor := runtime.NumGoroutine()
-	tick := time.NewTicker(50 * time.Millisecond)
-	for time.Since(holdStart) < hold {
-		<-tick.C
-		gor = max(gor, runtime.NumGoroutine())
-	}
-	tick.Stop()
-	el := time.Since(holdStart)
-	d, st := cnt.snapshot().sub(s0), storeCount(cfg)-st0
-	heap := heapInUse()
-	lost := 0
-	var lostErr error
-	for _, l := range leases {
-		if err := l.Err(); err != nil {
-			lost++
-			lostErr = err
-		}
-	}
-	runtime.KeepAlive(leases)
-	b.ReportMetric(float64(int64(heap)-int64(heap0))/float64(n), "B/lease")
-	b.ReportMetric(float64(gor0), "goroutines-before")
-	b.ReportMetric(float64(gor), "goroutines")
-	b.ReportMetric(float64(d.renewals())/el.Seconds(), "renew-calls/s")
-	b.ReportMetric(float64(d.renewItems)/el.Seconds(), "renew-items/s")
-	b.ReportMetric(float64(d.renewItems)/float64(n), "renewals/lease")
-	if cfg.store != nil {
-		b.ReportMetric(float64(st)/el.Seconds(), "store-req/s")
-	}
-	b.ReportMetric(float64(lost), "lost")
-	b.ReportMetric(float64(lostTaking), "lost-taking")
-	b.ReportMetric(acquire.Seconds(), "acquire-s")
-	b.ReportMetric(float64(retries.Load()), "lock-retries")
-	b.ReportMetric(float64(cnt.renewErrs.Load()), "renew-errs")
-	b.ReportMetric(time.Duration(cnt.renewMax.Load()).Seconds(), "renew-max-s")
-	if lost > 0 {
-		// A failed benchmark prints no metrics: say the main ones here.
-		b.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; taking them took %v; %d renewals failed, %d of them cut off by their context's deadline; the longest renewal call took %v; %.0f B/lease, %d goroutines, %.1f renew-calls/s, %.0f renew-items/s, %.0f store-req/s), e.g.: %v",
-			lost, n, lostTaking, cfg.heldTTL, acquire.Round(time.Millisecond), cnt.renewErrs.Load(), cnt.renewCut.Load(), time.Duration(cnt.renewMax.Load()).Round(time.Millisecond),
-			float64(int64(heap)-int64(heap0))/float64(n), gor, float64(d.renewals())/el.Seconds(), float64(d.renewItems)/el.Seconds(), float64(st)/el.Seconds(), lostErr)
+		b.Run(strconv.Itoa(n), func(b *testing.B) { report(b)(held(backendOf(b, newBackend), cfg, n)) })
 	}
 }
 
@@ -246,127 +136,23 @@ func held(b *testing.B, newBackend Factory, cfg benchConfig, n int) {
 func BenchHerd(b *testing.B, newBackend Factory, opts []dlock.Option, bopts ...BenchOption) {
 	cfg := newBenchConfig(bopts)
 	for _, w := range cfg.herd {
-		b.Run(strconv.Itoa(w), func(b *testing.B) { herd(b, newBackend, opts, cfg, w) })
+		b.Run(strconv.Itoa(w), func(b *testing.B) {
+			report(b)(herd(backendOf(b, newBackend), opts, cfg, w, opsSpan(b.N, b.ResetTimer)))
+		})
 	}
 }
 
-func herd(b *testing.B, newBackend Factory, opts []dlock.Option, cfg benchConfig, w int) {
-	cnt := new(calls)
-	clients := make([]*dlock.Client, max(1, min(cfg.herdClients, w)))
-	for i := range clients {
-		c, err := dlock.New(counted(newBackend(b), cnt), opts...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		clients[i] = c
-	}
-	name := "dlockbench/" + randHex(6) + "/herd"
-	bg := context.Background()
-	gate, err := clients[0].Mutex(name).Lock(bg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(bg)
-	defer cancel()
-	var (
-		mu          sync.Mutex // guards what follows
-		grants      int
-		lastRelease time.Time
-		turn        = make(chan struct{}) // closed at the next grant
-		handoffs    = make([]time.Duration, 0, b.N)
-		end         snapshot
-		endStore    int64
-		wg          sync.WaitGroup
-	)
-	for g := range w {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := clients[g%len(clients)].Mutex(name)
-			for {
-				l, err := m.Lock(ctx)
-				if err != nil {
-					if ctx.Err() == nil {
-						b.Error(err)
-						cancel()
-					}
-					return
-				}
-				got := time.Now()
-				mu.Lock()
-				grants++
-				measured := grants <= b.N
-				if measured {
-					handoffs = append(handoffs, got.Sub(lastRelease))
-				}
-				close(turn)
-				turn = make(chan struct{})
-				next := turn
-				if grants == b.N {
-					end, endStore = cnt.snapshot(), storeCount(cfg)
-				}
-				lastRelease = time.Now()
-				mu.Unlock()
-				uctx, ucancel := context.WithTimeout(bg, time.Minute)
-				err = l.Unlock(uctx)
-				ucancel()
-				if err != nil {
-					b.Error(err)
-				}
-				if !measured || err != nil {
-					cancel()
-					return
-				}
-				// Wait again only once a waiter has the lock, so that
-				// every grant is a hand-off to a waiter, not the
-				// releaser's own next Lock.
-				select {
-				case <-next:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	// Wait until every goroutine waits in the store.
-	wait := time.Minute + time.Duration(w)*50*time.Millisecond
-	deadline := time.Now().Add(wait)
-	for cnt.waiting.Load() < int64(w) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			n := cnt.waiting.Load()
-			cancel()
-			gate.Unlock(bg)
-			wg.Wait()
-			if !b.Failed() {
-				b.Fatalf("%d of %d waiters registered after %v", n, w, wait)
-			}
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.ResetTimer()
-	mu.Lock()
-	s0, st0 := cnt.snapshot(), storeCount(cfg)
-	lastRelease = time.Now()
-	mu.Unlock()
-	if err := gate.Unlock(bg); err != nil {
-		b.Fatal(err)
-	}
-	wg.Wait()
-	b.StopTimer()
-	if b.Failed() {
-		return
-	}
-	d := end.sub(s0)
-	rel := float64(b.N)
-	b.ReportMetric(float64(d.requests())/rel, "calls/release")
-	b.ReportMetric(float64(d.wakes)/rel, "wakes/release")
-	if cfg.store != nil {
-		b.ReportMetric(float64(endStore-st0)/rel, "store-req/release")
-	}
-	reportLatency(b, "handoff-", handoffs)
+// backendFunc makes the backend of one more Client of a scale workload.
+type backendFunc func() (dlock.Backend, error)
+
+// backendOf adapts a Factory to the scale workloads, on b.
+func backendOf(b *testing.B, f Factory) backendFunc {
+	return func() (dlock.Backend, error) { return f(b), nil }
 }
+
+// errTooSlow says that a workload could not set itself up within its
+// budget: the benchmark skips it rather than measure it.
+var errTooSlow = errors.New("too slow for this size, skipped")
 
 func storeCount(cfg benchConfig) int64 {
 	if cfg.store == nil {

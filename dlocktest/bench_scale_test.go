@@ -2,6 +2,7 @@ package dlocktest
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -95,21 +96,35 @@ func TestScaleWorkloads(t *testing.T) {
 		t.Skip("holds leases for seconds")
 	}
 	s := mem.NewStore()
-	f := func(testing.TB) dlock.Backend { return s.Backend() }
+	f := func() (dlock.Backend, error) { return s.Backend(), nil }
 	cfg := newBenchConfig([]BenchOption{HeldTTL(time.Second), HerdClients(2)})
-	r := testing.Benchmark(func(b *testing.B) { held(b, f, cfg, 200) })
+	r, err := held(f, cfg, 200)
 	t.Logf("Held: %v", r)
-	if lost, ok := r.Extra["lost"]; !ok || lost != 0 || r.Extra["renewals/lease"] < 3 || r.Extra["goroutines"] == 0 {
-		t.Errorf("Held: %v; want lost 0, renewals/lease >= 3, goroutines > 0", r.Extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost, ok := r.Metric("lost"); !ok || lost != 0 || metric(r, "renewals/lease") < 3 || metric(r, "goroutines") == 0 {
+		t.Errorf("Held: %v; want lost 0, renewals/lease >= 3, goroutines > 0", r.Metrics)
 	}
 	for _, opts := range [][]dlock.Option{nil, {dlock.Fair()}} {
-		r = testing.Benchmark(func(b *testing.B) { herd(b, f, opts, cfg, 5) })
+		r, err := herd(f, opts, cfg, 5, opsSpan(50, nil))
 		t.Logf("Herd: %v", r)
-		if r.N == 0 || r.Extra["calls/release"] < 2 || r.Extra["handoff-p50-µs"] <= 0 {
-			t.Errorf("Herd: %v; want at least 2 calls/release (a release and a grant) and a hand-off time", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Ops != 50 || metric(r, "calls/release") < 2 || metric(r, "handoff-p50-µs") <= 0 {
+			t.Errorf("Herd: %v; want 50 grants, at least 2 calls/release (a release and a grant) and a hand-off time", r)
 		}
 	}
 	if infos, err := s.Backend().Inspect(context.Background(), ""); err != nil || len(infos) != 0 {
 		t.Errorf("left behind: %v, %v", infos, err)
 	}
+}
+
+// metric is r's metric in unit, or NaN.
+func metric(r Result, unit string) float64 {
+	if v, ok := r.Metric(unit); ok {
+		return v
+	}
+	return math.NaN()
 }

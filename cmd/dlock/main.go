@@ -78,7 +78,7 @@ type command struct {
 var commands []*command // filled by the init functions of run.go, status.go and migrate.go
 
 // commandOrder is the order of the commands in the overview.
-var commandOrder = []string{"run", "status", "migrate", "verify"}
+var commandOrder = []string{"run", "status", "migrate", "verify", "bench"}
 
 // sortCommands puts commands in commandOrder.
 func sortCommands() {
@@ -164,6 +164,7 @@ Commands:
   status   list the locks held on a backend
   migrate  create the tables of an SQL backend ahead of first use
   verify   prove the lock's guarantees on a store under injected faults
+  bench    measure a store with the standard workloads
   help     show this text, or a command's flags and exit codes
 
 %s

@@ -335,6 +335,10 @@ func zooConfig(dataDir string, clientPort int, servers []string, overrides [][2]
 		{"4lw.commands.whitelist", "*"},
 		{"minSessionTimeout", "400"},
 		{"maxSessionTimeout", "30000"},
+		// Every client is on 127.0.0.1: the default limit of 60
+		// connections per address turns away the 64 contenders of a
+		// benchmark.
+		{"maxClientCnxns", "0"},
 	}
 	for _, o := range overrides {
 		replaced := false

@@ -1,0 +1,163 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-dev/dlock"
+)
+
+// heldRun is one run of the Held workload (see [BenchHeld]).
+type heldRun struct {
+	cfg        benchConfig
+	cnt        *calls
+	leases     []*dlock.Lease
+	heap0      uint64
+	gor0       int
+	acquire    time.Duration // taking the leases took
+	retries    atomic.Int64  // Locks asked again after ErrBackendUnavailable
+	lostTaking int           // leases that ended while the others were taken
+}
+
+// held takes n leases with one Client, holds them for four renewal
+// periods and releases them. A lease lost is an error, returned with the
+// Result.
+func held(newBackend backendFunc, cfg benchConfig, n int) (Result, error) {
+	h := &heldRun{cfg: cfg, cnt: new(calls), leases: make([]*dlock.Lease, n)}
+	h.heap0, h.gor0 = heapInUse(), runtime.NumGoroutine()
+	be, err := newBackend()
+	if err != nil {
+		return Result{}, err
+	}
+	c, err := dlock.New(counted(be, h.cnt), dlock.TTL(cfg.heldTTL))
+	if err != nil {
+		be.Close()
+		return Result{}, err
+	}
+	defer c.Close()
+	defer h.releaseAll()
+	if err := h.take(c, "dlockbench/"+randHex(6)+"/h/"); err != nil {
+		return Result{}, err
+	}
+	return h.hold()
+}
+
+// releaseAll releases what is held, in parallel; Close would do it one by
+// one.
+func (h *heldRun) releaseAll() {
+	parallel(len(h.leases), func(i int) {
+		if h.leases[i] != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			h.leases[i].Unlock(ctx)
+			cancel()
+		}
+	})
+}
+
+// take locks every lease, 64 at a time, within the budget.
+func (h *heldRun) take(c *dlock.Client, prefix string) error {
+	n := len(h.leases)
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.heldBudget)
+	defer cancel()
+	start := time.Now()
+	var took atomic.Int64
+	var failed atomic.Pointer[error]
+	parallel(n, func(i int) {
+		if ctx.Err() != nil {
+			return
+		}
+		m := c.Mutex(prefix + strconv.Itoa(i))
+		l, err := m.Lock(ctx)
+		// A store that did not answer in time, as any caller would,
+		// is asked again (a few times): the workload is about holding.
+		for try := 0; try < 3 && errors.Is(err, dlock.ErrBackendUnavailable) && ctx.Err() == nil; try++ {
+			h.retries.Add(1)
+			l, err = m.Lock(ctx)
+		}
+		if err != nil {
+			if ctx.Err() == nil && failed.CompareAndSwap(nil, &err) {
+				cancel()
+			}
+			return
+		}
+		h.leases[i] = l
+		took.Add(1)
+	})
+	h.acquire = time.Since(start)
+	if err := failed.Load(); err != nil {
+		return fmt.Errorf("Lock %d of %d: %w", took.Load()+1, n, *err)
+	}
+	if took.Load() < int64(n) {
+		return fmt.Errorf("took %d of %d leases in %v (%.0f/s): %w", took.Load(), n, h.acquire.Round(time.Second), float64(took.Load())/h.acquire.Seconds(), errTooSlow)
+	}
+	for _, l := range h.leases {
+		if l.Err() != nil {
+			h.lostTaking++
+		}
+	}
+	return nil
+}
+
+// hold holds the leases for four renewal periods, watching the
+// goroutines, and measures.
+func (h *heldRun) hold() (Result, error) {
+	hold := 4 * h.cfg.heldTTL / 3
+	s0, st0 := h.cnt.snapshot(), storeCount(h.cfg)
+	start := time.Now()
+	gor := runtime.NumGoroutine()
+	tick := time.NewTicker(50 * time.Millisecond)
+	for time.Since(start) < hold {
+		<-tick.C
+		gor = max(gor, runtime.NumGoroutine())
+	}
+	tick.Stop()
+	el := time.Since(start)
+	d, st := h.cnt.snapshot().sub(s0), storeCount(h.cfg)-st0
+	heap := heapInUse()
+	lost := 0
+	var lostErr error
+	for _, l := range h.leases {
+		if err := l.Err(); err != nil {
+			lost++
+			lostErr = err
+		}
+	}
+	n := len(h.leases)
+	r := Result{Workload: "held" + strconv.Itoa(n), Ops: int64(n), Elapsed: el}
+	r.add(float64(int64(heap)-int64(h.heap0))/float64(n), "B/lease")
+	r.add(float64(h.gor0), "goroutines-before")
+	r.add(float64(gor), "goroutines")
+	r.add(float64(d.renewals())/el.Seconds(), "renew-calls/s")
+	r.add(float64(d.renewItems)/el.Seconds(), "renew-items/s")
+	r.add(float64(d.renewItems)/float64(n), "renewals/lease")
+	if h.cfg.store != nil {
+		r.add(float64(st)/el.Seconds(), "store-req/s")
+	}
+	r.add(float64(lost), "lost")
+	r.add(float64(h.lostTaking), "lost-taking")
+	r.add(h.acquire.Seconds(), "acquire-s")
+	r.add(float64(h.retries.Load()), "lock-retries")
+	r.add(float64(h.cnt.renewErrs.Load()), "renew-errs")
+	r.add(time.Duration(h.cnt.renewMax.Load()).Seconds(), "renew-max-s")
+	if lost > 0 {
+		// A failed benchmark prints no metrics: the error says them.
+		return r, fmt.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; %d renewals cut off by their context's deadline; %s), e.g.: %w",
+			lost, n, h.lostTaking, h.cfg.heldTTL, h.cnt.renewCut.Load(), metricsText(r.Metrics), lostErr)
+	}
+	return r, nil
+}
+
+// metricsText is ms as "value unit" pairs.
+func metricsText(ms []Metric) string {
+	s := make([]string, len(ms))
+	for i, m := range ms {
+		s[i] = strconv.FormatFloat(m.Value, 'g', 4, 64) + " " + m.Unit
+	}
+	return strings.Join(s, ", ")
+}
