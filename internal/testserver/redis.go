@@ -67,16 +67,12 @@ func redisArgs(bin string, port int, dir string, extra ...string) []string {
 }
 
 func newRedisProcess(f *fixture, name string, args func(dir string, port int) []string) (*Process, error) {
-	ports, err := freePorts(1)
+	port, dir, err := f.portAndDir("redis")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := f.tempDir("redis")
-	if err != nil {
-		return nil, err
-	}
-	addr := loopback(ports[0])
-	p := newProcess(name, dir, addr, args(dir, ports[0]))
+	addr := loopback(port)
+	p := newProcess(name, dir, addr, args(dir, port))
 	p.ready = func(ctx context.Context) error { return redisPing(ctx, addr) }
 	return p, nil
 }
@@ -91,27 +87,7 @@ func Redis(t T, opts ...Option) *RedisServer {
 
 // RedisGroup is a set of independent redis-server processes (for Redlock).
 type RedisGroup struct {
-	nodes []*RedisServer
-}
-
-// Node returns the i-th server (from 0).
-func (g *RedisGroup) Node(i int) *RedisServer { return g.nodes[i] }
-
-// Nodes returns all servers.
-func (g *RedisGroup) Nodes() []*RedisServer { return append([]*RedisServer(nil), g.nodes...) }
-
-// Len returns the number of servers.
-func (g *RedisGroup) Len() int { return len(g.nodes) }
-
-// Addrs returns the servers' addresses in node order.
-func (g *RedisGroup) Addrs() []string { return redisAddrs(g.nodes) }
-
-func redisAddrs(nodes []*RedisServer) []string {
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.Addr()
-	}
-	return out
+	group[*RedisServer]
 }
 
 // RedisN starts n independent redis-server processes (not a cluster), for
@@ -154,24 +130,12 @@ func redisN(t T, n int, single string, opts []Option) *RedisGroup {
 }
 
 // RedisClusterGroup is a Redis Cluster of masters (no replicas), the 16384
-// slots split evenly in node order.
+// slots split evenly in node order. Its nodes are the masters; Addrs are the
+// seed addresses for a cluster client.
 type RedisClusterGroup struct {
-	nodes   []*RedisServer
+	group[*RedisServer]
 	timeout time.Duration
 }
-
-// Node returns the i-th master (from 0).
-func (g *RedisClusterGroup) Node(i int) *RedisServer { return g.nodes[i] }
-
-// Nodes returns all masters.
-func (g *RedisClusterGroup) Nodes() []*RedisServer { return append([]*RedisServer(nil), g.nodes...) }
-
-// Len returns the number of masters.
-func (g *RedisClusterGroup) Len() int { return len(g.nodes) }
-
-// Addrs returns the masters' addresses in node order (seed addresses for a
-// cluster client).
-func (g *RedisClusterGroup) Addrs() []string { return redisAddrs(g.nodes) }
 
 // WaitOK waits until every running node reports cluster_state:ok and knows
 // all nodes, for at most timeout (0 means the start timeout). After a killed

@@ -1,0 +1,108 @@
+package testserver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// server is what every server handle has through its *Process.
+type server interface {
+	Name() string
+	Addr() string
+	Running() bool
+	proc() *Process
+}
+
+// group is the part that RedisGroup, RedisClusterGroup, EtcdGroup and
+// ZooKeeperGroup share: their servers in node order.
+type group[S server] struct {
+	nodes []S
+}
+
+// Node returns the i-th server (from 0).
+func (g *group[S]) Node(i int) S { return g.nodes[i] }
+
+// Nodes returns all servers.
+func (g *group[S]) Nodes() []S { return append([]S(nil), g.nodes...) }
+
+// Len returns the number of servers.
+func (g *group[S]) Len() int { return len(g.nodes) }
+
+// Addrs returns the servers' client addresses ("127.0.0.1:port") in node
+// order.
+func (g *group[S]) Addrs() []string {
+	out := make([]string, len(g.nodes))
+	for i, n := range g.nodes {
+		out[i] = n.Addr()
+	}
+	return out
+}
+
+// Processes returns the servers' processes in node order, for code that
+// faults servers of any kind.
+func (g *group[S]) Processes() []*Process {
+	out := make([]*Process, len(g.nodes))
+	for i, n := range g.nodes {
+		out[i] = n.proc()
+	}
+	return out
+}
+
+// quorumGroup is a group that elects a leader (etcd, ZooKeeper) and whose
+// nodes can be cut off from each other (WithIsolation).
+type quorumGroup[S server] struct {
+	group[S]
+	kind    string // "etcd" or "zookeeper", for messages
+	timeout time.Duration
+	lab     *netLab // WithIsolation
+}
+
+// Cut cuts node i off from the other nodes and from every client, both
+// ways, until Heal; Leader and WaitLeader leave it out meanwhile. It needs
+// WithIsolation (else ErrNotIsolated).
+func (g *quorumGroup[S]) Cut(i int) error { return g.lab.setCut(i, true) }
+
+// Heal joins node i, cut off by Cut, to the network again.
+func (g *quorumGroup[S]) Heal(i int) error { return g.lab.setCut(i, false) }
+
+// live reports whether node i is running and not cut off.
+func (g *quorumGroup[S]) live(i int) bool { return g.nodes[i].Running() && !g.lab.isCut(i) }
+
+// leader returns the first live node for which isLeader says yes.
+func (g *quorumGroup[S]) leader(isLeader func(S) (bool, error)) (int, error) {
+	var errs []error
+	for i, n := range g.nodes {
+		if !g.live(i) {
+			continue
+		}
+		ok, err := isLeader(n)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.Name(), err))
+			continue
+		}
+		if ok {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("testserver: no %s leader: %w", g.kind, errors.Join(errs...))
+}
+
+// waitLeader polls check until it returns a leader, for at most timeout (0
+// means the start timeout); notYet says what failed in the error.
+func (g *quorumGroup[S]) waitLeader(timeout time.Duration, notYet string, check func() (int, error)) (int, error) {
+	if timeout <= 0 {
+		timeout = g.timeout
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		i, err := check()
+		if err == nil {
+			return i, nil
+		}
+		if time.Now().After(deadline) {
+			return -1, fmt.Errorf("testserver: %s after %v: %w", notYet, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
