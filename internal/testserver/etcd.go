@@ -232,7 +232,6 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 	f := newFixture(t)
 	g := &EtcdGroup{quorumGroup[*EtcdServer]{kind: "etcd", timeout: cfg.startTimeout, lab: lab}}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		g.nodes = nil
 		ports, err := freePorts(2 * n)
 		if err != nil {
 			return nil, err
@@ -253,8 +252,7 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 		for i := 0; i < n; i++ {
 			initial = append(initial, fmt.Sprintf("n%d=http://%s", i+1, hostPort(i, ports[2*i+1])))
 		}
-		var procs []*Process
-		for i := 0; i < n; i++ {
+		return g.build(n, func(i int) (*EtcdServer, error) {
 			dir, err := f.tempDir("etcd")
 			if err != nil {
 				return nil, err
@@ -280,10 +278,8 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 			p := newProcess(name, dir, addr, args)
 			p.probeTimeout = 2 * time.Second
 			p.ready = func(ctx context.Context) error { return etcdHealth(ctx, addr) }
-			procs = append(procs, p)
-			g.nodes = append(g.nodes, &EtcdServer{Process: p, peerAddr: hostPort(i, ports[2*i+1])})
-		}
-		return procs, nil
+			return &EtcdServer{Process: p, peerAddr: hostPort(i, ports[2*i+1])}, nil
+		})
 	}, nil)
 	return g
 }

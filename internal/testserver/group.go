@@ -94,15 +94,29 @@ func (g *quorumGroup[S]) waitLeader(timeout time.Duration, notYet string, check 
 	if timeout <= 0 {
 		timeout = g.timeout
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		i, err := check()
-		if err == nil {
-			return i, nil
-		}
-		if time.Now().After(deadline) {
-			return -1, fmt.Errorf("testserver: %s after %v: %w", notYet, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	leader := -1
+	err := waitFor(timeout, 50*time.Millisecond, func() (err error) {
+		leader, err = check()
+		return err
+	})
+	if err != nil {
+		return -1, fmt.Errorf("testserver: %s %w", notYet, err)
 	}
+	return leader, nil
+}
+
+// build makes the n servers of a launch attempt with node (node i) and
+// returns their processes for fixture.launch.
+func (g *group[S]) build(n int, node func(i int) (S, error)) ([]*Process, error) {
+	g.nodes = nil
+	procs := make([]*Process, 0, n)
+	for i := 0; i < n; i++ {
+		s, err := node(i)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, s.proc())
+		g.nodes = append(g.nodes, s)
+	}
+	return procs, nil
 }

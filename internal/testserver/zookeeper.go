@@ -184,7 +184,6 @@ func zkStart(t T, n int, standalone bool, opts []Option) *ZooKeeperGroup {
 	f := newFixture(t)
 	g := &ZooKeeperGroup{quorumGroup[*ZooKeeperServer]{kind: "zookeeper", timeout: cfg.startTimeout, lab: lab}}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		g.nodes = nil
 		ports, err := freePorts(3 * n)
 		if err != nil {
 			return nil, err
@@ -204,16 +203,10 @@ func zkStart(t T, n int, standalone bool, opts []Option) *ZooKeeperGroup {
 				e.servers = append(e.servers, fmt.Sprintf("server.%d=%s:%d:%d", i+1, e.host(i), ports[3*i+1], ports[3*i+2]))
 			}
 		}
-		var procs []*Process
-		for i := 0; i < n; i++ {
+		return g.build(n, func(i int) (*ZooKeeperServer, error) {
 			p, err := e.process(f, i)
-			if err != nil {
-				return nil, err
-			}
-			procs = append(procs, p)
-			g.nodes = append(g.nodes, &ZooKeeperServer{p})
-		}
-		return procs, nil
+			return &ZooKeeperServer{p}, err
+		})
 	}, nil)
 	return g
 }
