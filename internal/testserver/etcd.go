@@ -175,27 +175,26 @@ func (g *EtcdGroup) WaitLeader(timeout time.Duration) (int, error) {
 func (g *EtcdGroup) agreedLeader() (int, error) {
 	var leaderID uint64
 	idx := -1
-	for i, n := range g.nodes {
-		if !g.live(i) {
-			continue
-		}
-		ctx, cancel := ctxTimeout(time.Second)
+	err := g.probeLive(func(ctx context.Context, i int, n *EtcdServer) error {
 		err := etcdHealth(ctx, n.Addr())
 		var st EtcdStatus
 		if err == nil {
 			st, err = etcdStatus(ctx, n.Addr())
 		}
-		cancel()
 		if err != nil {
-			return -1, fmt.Errorf("%s: %w", n.name, err)
+			return err
 		}
 		if st.Leader == 0 || (leaderID != 0 && st.Leader != leaderID) {
-			return -1, fmt.Errorf("%s: leader %x, others say %x", n.name, st.Leader, leaderID)
+			return fmt.Errorf("leader %x, others say %x", st.Leader, leaderID)
 		}
 		leaderID = st.Leader
 		if st.MemberID == st.Leader {
 			idx = i
 		}
+		return nil
+	})
+	if err != nil {
+		return -1, err
 	}
 	if idx < 0 {
 		return -1, errors.New("the leader is not among the running members")

@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -68,6 +69,24 @@ func (g *quorumGroup[S]) Heal(i int) error { return g.lab.setCut(i, false) }
 
 // live reports whether node i is running and not cut off.
 func (g *quorumGroup[S]) live(i int) bool { return g.nodes[i].Running() && !g.lab.isCut(i) }
+
+// probeLive calls probe for every live node in order, each with a 1 s
+// deadline, and stops at the first error, which it prefixes with the
+// node's name.
+func (g *quorumGroup[S]) probeLive(probe func(ctx context.Context, i int, n S) error) error {
+	for i, n := range g.nodes {
+		if !g.live(i) {
+			continue
+		}
+		ctx, cancel := ctxTimeout(time.Second)
+		err := probe(ctx, i, n)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Name(), err)
+		}
+	}
+	return nil
+}
 
 // leader returns the first live node for which isLeader says yes.
 func (g *quorumGroup[S]) leader(isLeader func(S) (bool, error)) (int, error) {

@@ -125,26 +125,25 @@ func (g *ZooKeeperGroup) WaitLeader(timeout time.Duration) (int, error) {
 
 func (g *ZooKeeperGroup) serving() (int, error) {
 	leader := -1
-	for i, n := range g.nodes {
-		if !g.live(i) {
-			continue
-		}
-		ctx, cancel := ctxTimeout(time.Second)
+	err := g.probeLive(func(ctx context.Context, i int, n *ZooKeeperServer) error {
 		out, err := fourLetter(ctx, n.Addr(), "srvr")
-		cancel()
 		if err != nil {
-			return -1, fmt.Errorf("%s: %w", n.name, err)
+			return err
 		}
 		m, err := zkMode(out)
 		if err != nil {
-			return -1, fmt.Errorf("%s: %w", n.name, err)
+			return err
 		}
 		if m == "leader" || m == "standalone" {
 			if leader >= 0 {
-				return -1, fmt.Errorf("two leaders: %d and %d", leader, i)
+				return fmt.Errorf("two leaders: %d and %d", leader, i)
 			}
 			leader = i
 		}
+		return nil
+	})
+	if err != nil {
+		return -1, err
 	}
 	if leader < 0 {
 		return -1, errors.New("no leader")
