@@ -145,10 +145,16 @@ func (s *EtcdServer) IsLeader() (bool, error) {
 	return st.Leader != 0 && st.Leader == st.MemberID, nil
 }
 
-// EtcdGroup is an etcd cluster. Node i is named n<i+1>.
+// EtcdGroup is an etcd cluster.
 type EtcdGroup struct {
 	quorumGroup[*EtcdServer]
 }
+
+// Node returns the i-th member (from 0; its name is n<i+1>).
+func (g *EtcdGroup) Node(i int) *EtcdServer { return g.nodes[i] }
+
+// Nodes returns all members.
+func (g *EtcdGroup) Nodes() []*EtcdServer { return append([]*EtcdServer(nil), g.nodes...) }
 
 // Endpoints returns the client URLs ("http://127.0.0.1:port") in node order.
 func (g *EtcdGroup) Endpoints() []string {

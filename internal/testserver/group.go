@@ -16,16 +16,11 @@ type server interface {
 }
 
 // group is the part that RedisGroup, RedisClusterGroup, EtcdGroup and
-// ZooKeeperGroup share: their servers in node order.
+// ZooKeeperGroup share: their servers in node order. Each declares Node and
+// Nodes itself, so that its documentation names the server type.
 type group[S server] struct {
 	nodes []S
 }
-
-// Node returns the i-th server (from 0).
-func (g *group[S]) Node(i int) S { return g.nodes[i] }
-
-// Nodes returns all servers.
-func (g *group[S]) Nodes() []S { return append([]S(nil), g.nodes...) }
 
 // Len returns the number of servers.
 func (g *group[S]) Len() int { return len(g.nodes) }

@@ -90,6 +90,12 @@ type RedisGroup struct {
 	group[*RedisServer]
 }
 
+// Node returns the i-th server (from 0).
+func (g *RedisGroup) Node(i int) *RedisServer { return g.nodes[i] }
+
+// Nodes returns all servers.
+func (g *RedisGroup) Nodes() []*RedisServer { return append([]*RedisServer(nil), g.nodes...) }
+
 // RedisN starts n independent redis-server processes (not a cluster), for
 // example the masters of a Redlock.
 func RedisN(t T, n int, opts ...Option) *RedisGroup {
@@ -129,6 +135,12 @@ type RedisClusterGroup struct {
 	group[*RedisServer]
 	timeout time.Duration
 }
+
+// Node returns the i-th master (from 0).
+func (g *RedisClusterGroup) Node(i int) *RedisServer { return g.nodes[i] }
+
+// Nodes returns all masters.
+func (g *RedisClusterGroup) Nodes() []*RedisServer { return append([]*RedisServer(nil), g.nodes...) }
 
 // WaitOK waits until every running node reports cluster_state:ok and knows
 // all nodes, for at most timeout (0 means the start timeout). After a killed

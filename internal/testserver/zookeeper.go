@@ -99,9 +99,17 @@ func (s *ZooKeeperServer) Mode() (string, error) {
 	return zkMode(out)
 }
 
-// ZooKeeperGroup is a ZooKeeper ensemble. Node i has myid i+1.
+// ZooKeeperGroup is a ZooKeeper ensemble.
 type ZooKeeperGroup struct {
 	quorumGroup[*ZooKeeperServer]
+}
+
+// Node returns the i-th server (from 0; its myid is i+1).
+func (g *ZooKeeperGroup) Node(i int) *ZooKeeperServer { return g.nodes[i] }
+
+// Nodes returns all servers.
+func (g *ZooKeeperGroup) Nodes() []*ZooKeeperServer {
+	return append([]*ZooKeeperServer(nil), g.nodes...)
 }
 
 // ConnectString returns the client addresses joined with commas.
