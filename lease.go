@@ -129,22 +129,15 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := c.checkTTL(ttl); err != nil {
 		return fail(ErrInvalidOption, err)
 	}
-	if err := c.begin(); err != nil {
+	limit, leave, err := c.enter(ctx)
+	if err != nil {
 		return fail(ErrClosed, nil)
 	}
-	defer c.ops.Done()
-	limit := newGrace(ctx)
-	defer limit.release()
+	defer leave()
 	l.mu.Lock()
-	for l.renewing != nil && l.err == nil {
-		ch := l.renewing
+	if err := l.awaitRenewalLocked(ctx, true); err != nil {
 		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fail(kindOf(ctx.Err()), ctx.Err())
-		}
-		l.mu.Lock()
+		return fail(kindOf(err), err)
 	}
 	if l.err == nil && !c.cfg.clock.Now().Before(l.deadline) {
 		l.expireLocked()
@@ -162,7 +155,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 
 	// A renewal answered late is harmless: the lease's deadline counts
 	// from before it was sent.
-	err := renewBounded(c, limit, ctx, l.hold(), eff)
+	err = renewBounded(c, limit, ctx, l.hold(), eff)
 
 	l.mu.Lock()
 	l.renewing = nil
@@ -202,25 +195,16 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.unlocked = true
 	l.mu.Unlock()
-	if err := c.begin(); err != nil {
+	limit, leave, err := c.enter(ctx)
+	if err != nil {
 		return fail(ErrClosed, nil)
 	}
-	defer c.ops.Done()
-	limit := newGrace(ctx)
-	defer limit.release()
+	defer leave()
 
 	l.mu.Lock()
 	// Wait for a renewal in flight, which may report the lease lost, but
 	// not past ctx: a release may run beside a renewal.
-	for l.renewing != nil && ctx.Err() == nil {
-		ch := l.renewing
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-		}
-		l.mu.Lock()
-	}
+	_ = l.awaitRenewalLocked(ctx, false)
 	if l.err == nil && !c.cfg.clock.Now().Before(l.deadline) {
 		l.expireLocked()
 	}
@@ -231,8 +215,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Unlock()
 	c.keeper.remove(l)
 
-	var err error
-	if release {
+	if release { // err is nil here
 		err = releaseBounded(c, limit, ctx, l.hold())
 	}
 	switch {
@@ -242,6 +225,25 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return stale.(*lostError).err.withOp("unlock")
 	case err != nil:
 		return fail(kindOf(err), err)
+	}
+	return nil
+}
+
+// awaitRenewalLocked waits while a renewal is in flight (l.mu held, and
+// let go while waiting), until it ends, or with lostEnds until the lease
+// has an error; it returns ctx's error if ctx ends first.
+func (l *Lease) awaitRenewalLocked(ctx context.Context, lostEnds bool) error {
+	for l.renewing != nil && (!lostEnds || l.err == nil) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ch := l.renewing
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		l.mu.Lock()
 	}
 	return nil
 }

@@ -82,17 +82,16 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	if fresh {
 		owner = newOwner()
 	}
-	if err := c.begin(); err != nil {
-		return fail(ErrClosed, nil)
-	}
-	defer c.ops.Done()
 	// Every backend call below returns by CancelGrace after the caller's
 	// ctx ends; a call that does not is left to finish in the background,
 	// which then undoes it (see late). Under a ctx that never ends the
 	// calls run on this goroutine, at no cost: only Close could end them,
 	// and Close bounds its own wait.
-	limit := newGrace(ctx)
-	defer limit.release()
+	limit, leave, err := c.enter(ctx)
+	if err != nil {
+		return fail(ErrClosed, nil)
+	}
+	defer leave()
 	// Close cancels waiting acquisitions.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

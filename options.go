@@ -89,8 +89,7 @@ func TTL(d time.Duration) Option {
 // valid UTF-8 without NUL; any other id is [ErrInvalidOption] and never
 // reaches the backend.
 func Owner(id string) Option {
-	return optionFunc(func(c *config) {
-		c.mutexOnly = append(c.mutexOnly, "Owner")
+	return mutexOption("Owner", func(c *config) {
 		if msg := validName(id, MaxNameLen); msg != "" {
 			c.errs = append(c.errs, fmt.Sprintf("owner %s %s", quoteCut(id), msg))
 			return
@@ -125,8 +124,7 @@ func MaxHold(d time.Duration) Option {
 // timing (default: the system's monotonic clock). Tests use it to skew or
 // jump time. It is a Client option.
 func WithClock(clk Clock) Option {
-	return optionFunc(func(c *config) {
-		c.clientOnly = append(c.clientOnly, "WithClock")
+	return clientOption("WithClock", func(c *config) {
 		if clk == nil {
 			c.errs = append(c.errs, "WithClock(nil)")
 			return
@@ -138,8 +136,7 @@ func WithClock(clk Clock) Option {
 // WithLogger sets the logger for renewal errors and lost leases (default:
 // slog.Default()). It is a Client option.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) {
-		c.clientOnly = append(c.clientOnly, "WithLogger")
+	return clientOption("WithLogger", func(c *config) {
 		if l == nil {
 			c.errs = append(c.errs, "WithLogger(nil)")
 			return
@@ -156,8 +153,7 @@ func WithLogger(l *slog.Logger) Option {
 // the prefix must be 1-64 bytes of valid UTF-8 without NUL or the byte
 // 0x1F, which marks namespaced keys on the backend.
 func Namespace(prefix string) Option {
-	return optionFunc(func(c *config) {
-		c.clientOnly = append(c.clientOnly, "Namespace")
+	return clientOption("Namespace", func(c *config) {
 		if err := validName(prefix, MaxNamespaceLen); err != "" {
 			c.errs = append(c.errs, "namespace "+err)
 			return
@@ -176,8 +172,7 @@ func Namespace(prefix string) Option {
 // the last successful renewal + TTL × (1 − drift). It must be in [0, 0.5).
 // It is a Client option.
 func Drift(f float64) Option {
-	return optionFunc(func(c *config) {
-		c.clientOnly = append(c.clientOnly, "Drift")
+	return clientOption("Drift", func(c *config) {
 		if !(f >= 0 && f < 0.5) {
 			c.errs = append(c.errs, fmt.Sprintf("drift %v is outside [0, 0.5)", f))
 			return
@@ -194,6 +189,24 @@ func Drift(f float64) Option {
 // block.
 func OnWait(fn func(Holder)) Option {
 	return optionFunc(func(c *config) { c.onWait = fn })
+}
+
+// clientOption returns an Option, named name in errors, that only a Client
+// takes.
+func clientOption(name string, f func(*config)) Option {
+	return optionFunc(func(c *config) {
+		c.clientOnly = append(c.clientOnly, name)
+		f(c)
+	})
+}
+
+// mutexOption returns an Option, named name in errors, that only a Mutex
+// takes.
+func mutexOption(name string, f func(*config)) Option {
+	return optionFunc(func(c *config) {
+		c.mutexOnly = append(c.mutexOnly, name)
+		f(c)
+	})
 }
 
 func defaultConfig() config {

@@ -230,11 +230,7 @@ func (s *suite) manyNames() {
 		}
 	}
 	for i := 0; i < n; i += n / 10 {
-		l, err := b.Mutex(leases[i].Name()).TryLock(s.ctx(time.Minute))
-		if err != nil {
-			s.t.Fatalf("TryLock after release: %v", err)
-		}
-		s.unlock(l)
+		s.unlock(s.mustBeFree(b, leases[i].Name(), "after release"))
 	}
 }
 

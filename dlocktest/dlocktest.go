@@ -229,6 +229,17 @@ func (s *suite) unlock(l *dlock.Lease) {
 	}
 }
 
+// mustBeFree takes the lock with TryLock, which must succeed at once
+// (when says after what, for the message), and returns the lease.
+func (s *suite) mustBeFree(c *dlock.Client, name, when string) *dlock.Lease {
+	s.t.Helper()
+	l, err := c.Mutex(name).TryLock(s.ctx(time.Minute))
+	if err != nil {
+		s.t.Fatalf("TryLock %s: %v", when, err)
+	}
+	return l
+}
+
 // mustBeHeld checks that another owner cannot take the lock now.
 func (s *suite) mustBeHeld(c *dlock.Client, name string) {
 	s.t.Helper()

@@ -46,6 +46,15 @@ func (b *Backend) holdOf(ctx context.Context, h dlock.Hold) (*hold, error) {
 	return &hold{path: path, name: h.Name, owner: h.Owner, token: r.stat.Czxid, own: sid != 0 && r.stat.EphemeralOwner == sid, session: sid}, nil
 }
 
+// overLocked returns why hd can be neither renewed nor released: it was
+// released (as released says), or it is lost. b.mu is held.
+func (hd *hold) overLocked(released string) error {
+	if hd.done {
+		return lostErr("token %d of %q was %s", hd.token, hd.name, released)
+	}
+	return hd.lost
+}
+
 // Renew checks that h still holds its lock: its node exists with h's token
 // and, when it is in this backend's session, belongs to the current
 // session. The answer proves that the session was alive when the request
@@ -58,16 +67,11 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 		return err
 	}
 	b.mu.Lock()
-	switch {
-	case hd.done:
-		b.mu.Unlock()
-		return lostErr("token %d of %q was released", hd.token, hd.name)
-	case hd.lost != nil:
-		err := hd.lost
-		b.mu.Unlock()
+	err = hd.overLocked("released")
+	b.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	b.mu.Unlock()
 	if err := b.checkTTL(ttl); err != nil {
 		return err
 	}
@@ -134,14 +138,10 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 		return err
 	}
 	b.mu.Lock()
-	switch {
-	case hd.done:
-		b.mu.Unlock()
-		return lostErr("token %d of %q was already released", hd.token, hd.name)
-	case hd.lost != nil:
-		// The monitor deletes the node if it is still there.
-		err := hd.lost
-		b.kick()
+	if err := hd.overLocked("already released"); err != nil {
+		if !hd.done {
+			b.kick() // the monitor deletes the node if it is still there
+		}
 		b.mu.Unlock()
 		return err
 	}

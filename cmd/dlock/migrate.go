@@ -50,15 +50,12 @@ Exit status:
 `
 
 type migrateFlags struct {
-	url     string
-	connect optDuration
-	verbose bool
+	backendFlags
 }
 
 func migrateFlagSet(fs *flag.FlagSet) any {
 	f := &migrateFlags{}
-	urlFlag(fs, &f.url, &f.connect)
-	fs.BoolVar(&f.verbose, "verbose", false, "log the library's details on stderr")
+	f.define(fs, "log the library's details on stderr")
 	return f
 }
 

@@ -129,28 +129,25 @@ Examples:
 
 // runFlags are the flags of dlock run.
 type runFlags struct {
-	fs      *flag.FlagSet
-	url     string
-	connect optDuration
-	name    string
-	ttl     optDuration
-	wait    optDuration
-	owner   string
-	fair    bool
-	grace   optDuration
-	verbose bool
+	backendFlags
+	fs    *flag.FlagSet
+	name  string
+	ttl   optDuration
+	wait  optDuration
+	owner string
+	fair  bool
+	grace optDuration
 }
 
 func runFlagSet(fs *flag.FlagSet) any {
 	f := &runFlags{fs: fs, grace: optDuration{d: defaultGrace}}
-	urlFlag(fs, &f.url, &f.connect)
+	f.define(fs, "log the library's renewal errors and other details")
 	fs.StringVar(&f.name, "name", "", "the lock's name: 1-255 bytes of UTF-8 without NUL (required)")
 	fs.Var(&f.ttl, "ttl", "lease time to live: how long the backend keeps the lock\nafter dlock stops renewing it, e.g. dies (default 30s,\nminimum 100ms)")
 	fs.Var(&f.wait, "wait", "how long to wait for the lock; without --wait, as long as\nit takes (like flock); 0: not at all, exit 3 if it is held\n(like flock -n); D: at most D, then exit 3 (like flock -w D)")
 	fs.StringVar(&f.owner, "owner", "", "explicit owner id: another dlock run with the same owner\nre-enters the lock while this one holds it (nested holds,\nsame token); default: a fresh random id per run")
 	fs.BoolVar(&f.fair, "fair", false, "acquire in arrival order among fair waiters")
 	fs.Var(&f.grace, "grace", "after SIGTERM on a lost lease, how long to wait before\nSIGKILL (default 10s)")
-	fs.BoolVar(&f.verbose, "verbose", false, "log the library's renewal errors and other details")
 	return f
 }
 
@@ -177,9 +174,7 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 	// Until the command runs, a signal ends dlock: opening and waiting are
 	// cancelled.
 	ictx, interrupted := interruptible(ctx, sigs)
-	octx, cancel := context.WithTimeout(ictx, openLimit(f.connect))
-	client, url, code := openClient(octx, e, f.url, f.connect, f.verbose)
-	cancel()
+	client, url, code := f.open(ictx, e)
 	if client == nil {
 		if sig := interrupted(); sig != nil {
 			return interruptCode(e, sig, fmt.Sprintf("while opening the backend for lock %q", f.name))

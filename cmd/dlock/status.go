@@ -61,17 +61,14 @@ Exit status:
 `
 
 type statusFlags struct {
-	url     string
-	connect optDuration
-	prefix  string
-	verbose bool
+	backendFlags
+	prefix string
 }
 
 func statusFlagSet(fs *flag.FlagSet) any {
 	f := &statusFlags{}
-	urlFlag(fs, &f.url, &f.connect)
+	f.define(fs, "log the library's details on stderr")
 	fs.StringVar(&f.prefix, "prefix", "", "list only locks whose names start with P")
-	fs.BoolVar(&f.verbose, "verbose", false, "log the library's details on stderr")
 	return f
 }
 
@@ -80,9 +77,7 @@ func runStatus(ctx context.Context, e *env, opts any, args []string) int {
 	if len(args) > 0 {
 		return usageError(e, lookup("status"), "unexpected arguments %q", args)
 	}
-	octx, cancel := context.WithTimeout(ctx, openLimit(f.connect))
-	client, _, code := openClient(octx, e, f.url, f.connect, f.verbose)
-	cancel()
+	client, _, code := f.open(ctx, e)
 	if client == nil {
 		return code
 	}

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/dlock-dev/dlock"
 )
 
 // urlFlag defines the --url and --connect-timeout flags of the commands
@@ -14,6 +17,27 @@ import (
 func urlFlag(fs *flag.FlagSet, url *string, connect *optDuration) {
 	fs.StringVar(url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
 	fs.Var(connect, "connect-timeout", "how long to wait to reach the backend (default: the URL's\nconnect_timeout parameter, else 10s); it replaces that\nparameter")
+}
+
+// backendFlags are the flags of the commands that open a backend through
+// the library: --url, --connect-timeout and --verbose.
+type backendFlags struct {
+	url     string
+	connect optDuration
+	verbose bool
+}
+
+// define defines the flags; verbose says what --verbose logs.
+func (b *backendFlags) define(fs *flag.FlagSet, verbose string) {
+	urlFlag(fs, &b.url, &b.connect)
+	fs.BoolVar(&b.verbose, "verbose", false, verbose)
+}
+
+// open opens the backend of --url within openLimit (see openClient).
+func (b *backendFlags) open(ctx context.Context, e *env) (*dlock.Client, string, int) {
+	ctx, cancel := context.WithTimeout(ctx, openLimit(b.connect))
+	defer cancel()
+	return openClient(ctx, e, b.url, b.connect, b.verbose)
 }
 
 // withConnectTimeout returns rawURL with its connect_timeout parameter

@@ -143,31 +143,31 @@ func Lock(t *testing.T, env Env) {
 // Unlock: an Unlock whose reply never came returns by its context plus
 // CancelGrace, and the lock is free at the latest when its TTL ends.
 func Unlock(t *testing.T, env Env) {
-	p, silent, other := setup(t, env)
 	name := "silent-unlock"
+	p, l, other, start := heldThenSilent(t, env, name)
+	bounded(t, p, "Unlock", l.Unlock)
+	lockedWithin(t, other, name, start, ttl+slack, "the TTL")
+}
+
+// heldThenSilent locks name through the proxy, then makes the proxy
+// swallow every reply; start is when the link went silent.
+func heldThenSilent(t *testing.T, env Env, name string) (p *testserver.Proxy, l *dlock.Lease, other *dlock.Client, start time.Time) {
+	p, silent, other := setup(t, env)
 	l, err := silent.Mutex(name).Lock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Swallow()
-	start := time.Now()
-	bounded(t, p, "Unlock", l.Unlock)
-	lockedWithin(t, other, name, start, ttl+slack, "the TTL")
+	return p, l, other, time.Now()
 }
 
 // Extend: an Extend whose reply never came returns by its context plus
 // CancelGrace with an error, and the lock is free at the latest when the
 // TTL of the last renewal that may have reached the server ends.
 func Extend(t *testing.T, env Env) {
-	p, silent, other := setup(t, env)
 	name := "silent-extend"
-	l, err := silent.Mutex(name).Lock(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Swallow()
-	start := time.Now()
-	err = bounded(t, p, "Extend", func(ctx context.Context) error { return l.Extend(ctx, ttl) })
+	p, l, other, start := heldThenSilent(t, env, name)
+	err := bounded(t, p, "Extend", func(ctx context.Context) error { return l.Extend(ctx, ttl) })
 	if err == nil {
 		t.Error("Extend through a silent link succeeded")
 	}

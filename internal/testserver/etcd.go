@@ -147,36 +147,14 @@ func (s *EtcdServer) IsLeader() (bool, error) {
 
 // EtcdGroup is an etcd cluster.
 type EtcdGroup struct {
-	nodes   []*EtcdServer
-	timeout time.Duration
-	lab     *netLab // WithIsolation
+	quorumGroup[*EtcdServer]
 }
-
-// Cut cuts member i off from the other members and from every client,
-// both ways, until Heal; Leader and WaitLeader leave it out meanwhile. It
-// needs WithIsolation (else ErrNotIsolated).
-func (g *EtcdGroup) Cut(i int) error { return g.lab.setCut(i, true) }
-
-// Heal joins member i, cut off by Cut, to the network again.
-func (g *EtcdGroup) Heal(i int) error { return g.lab.setCut(i, false) }
 
 // Node returns the i-th member (from 0; its name is n<i+1>).
 func (g *EtcdGroup) Node(i int) *EtcdServer { return g.nodes[i] }
 
 // Nodes returns all members.
 func (g *EtcdGroup) Nodes() []*EtcdServer { return append([]*EtcdServer(nil), g.nodes...) }
-
-// Len returns the number of members.
-func (g *EtcdGroup) Len() int { return len(g.nodes) }
-
-// Addrs returns the client addresses ("127.0.0.1:port") in node order.
-func (g *EtcdGroup) Addrs() []string {
-	out := make([]string, len(g.nodes))
-	for i, n := range g.nodes {
-		out[i] = n.Addr()
-	}
-	return out
-}
 
 // Endpoints returns the client URLs ("http://127.0.0.1:port") in node order.
 func (g *EtcdGroup) Endpoints() []string {
@@ -190,67 +168,39 @@ func (g *EtcdGroup) Endpoints() []string {
 // Leader returns the index of the running member that reports itself as
 // leader, or an error if there is none.
 func (g *EtcdGroup) Leader() (int, error) {
-	var errs []error
-	for i, n := range g.nodes {
-		if !n.Running() || g.lab.isCut(i) {
-			continue
-		}
-		ok, err := n.IsLeader()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
-			continue
-		}
-		if ok {
-			return i, nil
-		}
-	}
-	return -1, fmt.Errorf("testserver: no etcd leader: %w", errors.Join(errs...))
+	return g.leader((*EtcdServer).IsLeader)
 }
 
 // WaitLeader waits until every running member is healthy and agrees on a
 // leader among them, for at most timeout (0 means the start timeout), and
 // returns the leader's index.
 func (g *EtcdGroup) WaitLeader(timeout time.Duration) (int, error) {
-	if timeout <= 0 {
-		timeout = g.timeout
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		i, err := g.agreedLeader()
-		if err == nil {
-			return i, nil
-		}
-		if time.Now().After(deadline) {
-			return -1, fmt.Errorf("testserver: etcd cluster has no leader after %v: %w", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return g.waitLeader(timeout, "etcd cluster has no leader", g.agreedLeader)
 }
 
 func (g *EtcdGroup) agreedLeader() (int, error) {
 	var leaderID uint64
 	idx := -1
-	for i, n := range g.nodes {
-		if !n.Running() || g.lab.isCut(i) {
-			continue
-		}
-		ctx, cancel := ctxTimeout(time.Second)
+	err := g.probeLive(func(ctx context.Context, i int, n *EtcdServer) error {
 		err := etcdHealth(ctx, n.Addr())
 		var st EtcdStatus
 		if err == nil {
 			st, err = etcdStatus(ctx, n.Addr())
 		}
-		cancel()
 		if err != nil {
-			return -1, fmt.Errorf("%s: %w", n.name, err)
+			return err
 		}
 		if st.Leader == 0 || (leaderID != 0 && st.Leader != leaderID) {
-			return -1, fmt.Errorf("%s: leader %x, others say %x", n.name, st.Leader, leaderID)
+			return fmt.Errorf("leader %x, others say %x", st.Leader, leaderID)
 		}
 		leaderID = st.Leader
 		if st.MemberID == st.Leader {
 			idx = i
 		}
+		return nil
+	})
+	if err != nil {
+		return -1, err
 	}
 	if idx < 0 {
 		return -1, errors.New("the leader is not among the running members")
@@ -285,9 +235,8 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 	cfg := newConfig(etcdTimeout, opts)
 	lab := isolation(t, KindEtcd, cfg, n)
 	f := newFixture(t)
-	g := &EtcdGroup{timeout: cfg.startTimeout, lab: lab}
+	g := &EtcdGroup{quorumGroup[*EtcdServer]{kind: "etcd", timeout: cfg.startTimeout, lab: lab}}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		g.nodes = nil
 		ports, err := freePorts(2 * n)
 		if err != nil {
 			return nil, err
@@ -308,8 +257,7 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 		for i := 0; i < n; i++ {
 			initial = append(initial, fmt.Sprintf("n%d=http://%s", i+1, hostPort(i, ports[2*i+1])))
 		}
-		var procs []*Process
-		for i := 0; i < n; i++ {
+		return g.build(n, func(i int) (*EtcdServer, error) {
 			dir, err := f.tempDir("etcd")
 			if err != nil {
 				return nil, err
@@ -335,10 +283,8 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 			p := newProcess(name, dir, addr, args)
 			p.probeTimeout = 2 * time.Second
 			p.ready = func(ctx context.Context) error { return etcdHealth(ctx, addr) }
-			procs = append(procs, p)
-			g.nodes = append(g.nodes, &EtcdServer{Process: p, peerAddr: hostPort(i, ports[2*i+1])})
-		}
-		return procs, nil
+			return &EtcdServer{Process: p, peerAddr: hostPort(i, ports[2*i+1])}, nil
+		})
 	}, nil)
 	return g
 }

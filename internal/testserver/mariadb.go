@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -55,11 +54,7 @@ func MariaDB(t T, opts ...Option) *MariaDBServer {
 	f := newFixture(t)
 	s := &MariaDBServer{}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		dir, err := f.tempDir("mariadb")
+		port, dir, err := f.portAndDir("mariadb")
 		if err != nil {
 			return nil, err
 		}
@@ -76,14 +71,12 @@ func MariaDB(t T, opts ...Option) *MariaDBServer {
 		if asRoot {
 			iargs = append(iargs, "--user=root")
 		}
-		cmd := exec.Command(installDB, iargs...)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("testserver: mariadb-install-db: %v\n%s", err, out)
+		if err := runSetup(dir, nil, installDB, iargs...); err != nil {
+			return nil, err
 		}
-		addr := loopback(ports[0])
+		addr := loopback(port)
 		socket := filepath.Join(dir, "sock")
-		args := []string{mariadbd, "--no-defaults", "--datadir=" + data, "--port=" + strconv.Itoa(ports[0]),
+		args := []string{mariadbd, "--no-defaults", "--datadir=" + data, "--port=" + strconv.Itoa(port),
 			"--bind-address=127.0.0.1", "--socket=" + socket, "--pid-file=" + filepath.Join(dir, "pid"),
 			"--innodb-log-file-size=8M", "--tmpdir=" + tmp}
 		if asRoot {
@@ -94,13 +87,6 @@ func MariaDB(t T, opts ...Option) *MariaDBServer {
 		p.ready = func(ctx context.Context) error { return mysqlReady(ctx, addr) }
 		s.Process, s.socket = p, socket
 		return []*Process{p}, nil
-	}, func() error {
-		ctx, cancel := ctxTimeout(cfg.startTimeout)
-		defer cancel()
-		if _, err := s.Query(ctx, "", "CREATE DATABASE IF NOT EXISTS test"); err != nil {
-			return fmt.Errorf("testserver: create database test: %w", err)
-		}
-		return nil
-	})
+	}, createTestDB(cfg.startTimeout, s.Query, "", "CREATE DATABASE IF NOT EXISTS test"))
 	return s
 }

@@ -114,15 +114,45 @@ func mysqlQuery(ctx context.Context, addr, user, db, sql string) ([][]string, er
 	}
 	defer nc.Close()
 	c := &myConn{r: bufio.NewReader(nc), w: nc}
-	hs, err := c.read()
+	if err := c.login(user, db); err != nil {
+		return nil, err
+	}
+	c.seq = 0
+	if err := c.write(append([]byte{0x03}, sql...)); err != nil { // COM_QUERY
+		return nil, err
+	}
+	rows, err := c.result()
 	if err != nil {
 		return nil, err
 	}
+	c.seq = 0
+	_ = c.write([]byte{0x01}) // COM_QUIT
+	return rows, nil
+}
+
+// readSome reads a packet that must not be empty; what names it in the error.
+func (c *myConn) readSome(what string) ([]byte, error) {
+	b, err := c.read()
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return nil, errors.New("mysql: empty " + what)
+	}
+	return b, nil
+}
+
+// login answers the server's handshake as user with an empty password.
+func (c *myConn) login(user, db string) error {
+	hs, err := c.read()
+	if err != nil {
+		return err
+	}
 	if len(hs) > 0 && hs[0] == 0xff {
-		return nil, myErr(hs)
+		return myErr(hs)
 	}
 	if len(hs) == 0 || hs[0] != 10 {
-		return nil, fmt.Errorf("mysql: unexpected handshake %q", hs)
+		return fmt.Errorf("mysql: unexpected handshake %q", hs)
 	}
 	caps := uint32(myClientLongPassword | myClientLongFlag | myClientProtocol41 | myClientTransactions |
 		myClientSecureConn | myClientMultiResults | myClientPluginAuth)
@@ -141,41 +171,34 @@ func mysqlQuery(ctx context.Context, addr, user, db, sql string) ([][]string, er
 	}
 	p = append(append(p, "mysql_native_password"...), 0)
 	if err := c.write(p); err != nil {
-		return nil, err
+		return err
 	}
 	for {
-		b, err := c.read()
+		b, err := c.readSome("auth reply")
 		if err != nil {
-			return nil, err
-		}
-		if len(b) == 0 {
-			return nil, errors.New("mysql: empty auth reply")
+			return err
 		}
 		switch b[0] {
 		case 0x00:
+			return nil
 		case 0xff:
-			return nil, myErr(b)
+			return myErr(b)
 		case 0xfe: // auth switch: the empty password is empty in every plugin
 			if err := c.write(nil); err != nil {
-				return nil, err
+				return err
 			}
-			continue
 		default:
-			return nil, fmt.Errorf("mysql: unexpected auth reply %q", b)
+			return fmt.Errorf("mysql: unexpected auth reply %q", b)
 		}
-		break
 	}
+}
 
-	c.seq = 0
-	if err := c.write(append([]byte{0x03}, sql...)); err != nil {
-		return nil, err
-	}
-	b, err := c.read()
+// result reads the reply to COM_QUERY: nothing for an OK packet, else the
+// rows of the text result set.
+func (c *myConn) result() ([][]string, error) {
+	b, err := c.readSome("reply")
 	if err != nil {
 		return nil, err
-	}
-	if len(b) == 0 {
-		return nil, errors.New("mysql: empty reply")
 	}
 	switch b[0] {
 	case 0x00:
@@ -202,43 +225,54 @@ func mysqlQuery(ctx context.Context, addr, user, db, sql string) ([][]string, er
 			return nil, err
 		}
 		if isEOF(b) {
-			break
+			return rows, nil
 		}
 		if len(b) > 0 && b[0] == 0xff {
 			return nil, myErr(b)
 		}
-		row := make([]string, 0, ncol)
-		for i := uint64(0); i < ncol; i++ {
-			l, n, null, err := lenenc(b)
-			if err != nil {
-				return nil, err
-			}
-			b = b[n:]
-			if null {
-				row = append(row, "")
-				continue
-			}
-			if l > uint64(len(b)) {
-				return nil, errors.New("mysql: bad row")
-			}
-			row = append(row, string(b[:l]))
-			b = b[l:]
+		row, err := myRow(b, ncol)
+		if err != nil {
+			return nil, err
 		}
 		rows = append(rows, row)
 	}
-	c.seq = 0
-	_ = c.write([]byte{0x01}) // COM_QUIT
-	return rows, nil
+}
+
+// myRow decodes one text-protocol row of ncol length-encoded strings.
+func myRow(b []byte, ncol uint64) ([]string, error) {
+	row := make([]string, 0, ncol)
+	for i := uint64(0); i < ncol; i++ {
+		l, n, null, err := lenenc(b)
+		if err != nil {
+			return nil, err
+		}
+		b = b[n:]
+		if null {
+			row = append(row, "")
+			continue
+		}
+		if l > uint64(len(b)) {
+			return nil, errors.New("mysql: bad row")
+		}
+		row = append(row, string(b[:l]))
+		b = b[l:]
+	}
+	return row, nil
 }
 
 // mysqlReady is the readiness check: a real login as root and SELECT 1.
 func mysqlReady(ctx context.Context, addr string) error {
 	rows, err := mysqlQuery(ctx, addr, "root", "", "SELECT 1")
+	return selectedOne("mysql", rows, err)
+}
+
+// selectedOne checks the answer of a readiness query "SELECT 1".
+func selectedOne(server string, rows [][]string, err error) error {
 	if err != nil {
 		return err
 	}
 	if len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] != "1" {
-		return fmt.Errorf("mysql: SELECT 1 gave %v", rows)
+		return fmt.Errorf("%s: SELECT 1 gave %v", server, rows)
 	}
 	return nil
 }

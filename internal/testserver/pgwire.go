@@ -141,11 +141,5 @@ func pgUntilReady(r *bufio.Reader, rows *[][]string) error {
 // pgReady is the readiness check: a real login and a query.
 func pgReady(ctx context.Context, addr string) error {
 	rows, err := pgQuery(ctx, addr, "postgres", "postgres", "SELECT 1")
-	if err != nil {
-		return err
-	}
-	if len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] != "1" {
-		return fmt.Errorf("postgres: SELECT 1 gave %v", rows)
-	}
-	return nil
+	return selectedOne("postgres", rows, err)
 }

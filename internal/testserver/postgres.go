@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -85,11 +84,7 @@ func Postgres(t T, opts ...Option) *PostgresServer {
 	f := newFixture(t)
 	s := &PostgresServer{}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		dir, err := f.tempDir("pg")
+		port, dir, err := f.portAndDir("pg")
 		if err != nil {
 			return nil, err
 		}
@@ -102,17 +97,12 @@ func Postgres(t T, opts ...Option) *PostgresServer {
 			}
 		}
 		data := filepath.Join(dir, "data")
-		cmd := exec.Command(initdb, "-D", data, "-A", "trust", "-U", "postgres",
-			"--no-sync", "-E", "UTF8", "--locale=C", "--no-instructions")
-		cmd.Dir = dir
-		if cred != nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if err := runSetup(dir, cred, initdb, "-D", data, "-A", "trust", "-U", "postgres",
+			"--no-sync", "-E", "UTF8", "--locale=C", "--no-instructions"); err != nil {
+			return nil, err
 		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("testserver: initdb: %v\n%s", err, out)
-		}
-		addr := loopback(ports[0])
-		args := append([]string{postgres, "-D", data, "-p", strconv.Itoa(ports[0]),
+		addr := loopback(port)
+		args := append([]string{postgres, "-D", data, "-p", strconv.Itoa(port),
 			"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir,
 			"-c", "fsync=off"}, cfg.args...)
 		p := newProcess("postgres", dir, addr, args)
@@ -122,13 +112,6 @@ func Postgres(t T, opts ...Option) *PostgresServer {
 		p.ready = func(ctx context.Context) error { return pgReady(ctx, addr) }
 		s.Process, s.socketDir = p, dir
 		return []*Process{p}, nil
-	}, func() error {
-		ctx, cancel := ctxTimeout(cfg.startTimeout)
-		defer cancel()
-		if _, err := s.Query(ctx, "postgres", "CREATE DATABASE test"); err != nil {
-			return fmt.Errorf("testserver: create database test: %w", err)
-		}
-		return nil
-	})
+	}, createTestDB(cfg.startTimeout, s.Query, "postgres", "CREATE DATABASE test"))
 	return s
 }

@@ -67,16 +67,12 @@ func redisArgs(bin string, port int, dir string, extra ...string) []string {
 }
 
 func newRedisProcess(f *fixture, name string, args func(dir string, port int) []string) (*Process, error) {
-	ports, err := freePorts(1)
+	port, dir, err := f.portAndDir("redis")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := f.tempDir("redis")
-	if err != nil {
-		return nil, err
-	}
-	addr := loopback(ports[0])
-	p := newProcess(name, dir, addr, args(dir, ports[0]))
+	addr := loopback(port)
+	p := newProcess(name, dir, addr, args(dir, port))
 	p.ready = func(ctx context.Context) error { return redisPing(ctx, addr) }
 	return p, nil
 }
@@ -91,7 +87,7 @@ func Redis(t T, opts ...Option) *RedisServer {
 
 // RedisGroup is a set of independent redis-server processes (for Redlock).
 type RedisGroup struct {
-	nodes []*RedisServer
+	group[*RedisServer]
 }
 
 // Node returns the i-th server (from 0).
@@ -99,20 +95,6 @@ func (g *RedisGroup) Node(i int) *RedisServer { return g.nodes[i] }
 
 // Nodes returns all servers.
 func (g *RedisGroup) Nodes() []*RedisServer { return append([]*RedisServer(nil), g.nodes...) }
-
-// Len returns the number of servers.
-func (g *RedisGroup) Len() int { return len(g.nodes) }
-
-// Addrs returns the servers' addresses in node order.
-func (g *RedisGroup) Addrs() []string { return redisAddrs(g.nodes) }
-
-func redisAddrs(nodes []*RedisServer) []string {
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.Addr()
-	}
-	return out
-}
 
 // RedisN starts n independent redis-server processes (not a cluster), for
 // example the masters of a Redlock.
@@ -132,9 +114,7 @@ func redisN(t T, n int, single string, opts []Option) *RedisGroup {
 	f := newFixture(t)
 	g := &RedisGroup{}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		g.nodes = nil
-		var procs []*Process
-		for i := 0; i < n; i++ {
+		return g.build(n, func(i int) (*RedisServer, error) {
 			name := single
 			if name == "" {
 				name = fmt.Sprintf("redis[%d]", i)
@@ -142,21 +122,17 @@ func redisN(t T, n int, single string, opts []Option) *RedisGroup {
 			p, err := newRedisProcess(f, name, func(dir string, port int) []string {
 				return redisArgs(bin, port, dir, cfg.args...)
 			})
-			if err != nil {
-				return nil, err
-			}
-			procs = append(procs, p)
-			g.nodes = append(g.nodes, &RedisServer{p})
-		}
-		return procs, nil
+			return &RedisServer{p}, err
+		})
 	}, nil)
 	return g
 }
 
 // RedisClusterGroup is a Redis Cluster of masters (no replicas), the 16384
-// slots split evenly in node order.
+// slots split evenly in node order. Its nodes are the masters; Addrs are the
+// seed addresses for a cluster client.
 type RedisClusterGroup struct {
-	nodes   []*RedisServer
+	group[*RedisServer]
 	timeout time.Duration
 }
 
@@ -166,13 +142,6 @@ func (g *RedisClusterGroup) Node(i int) *RedisServer { return g.nodes[i] }
 // Nodes returns all masters.
 func (g *RedisClusterGroup) Nodes() []*RedisServer { return append([]*RedisServer(nil), g.nodes...) }
 
-// Len returns the number of masters.
-func (g *RedisClusterGroup) Len() int { return len(g.nodes) }
-
-// Addrs returns the masters' addresses in node order (seed addresses for a
-// cluster client).
-func (g *RedisClusterGroup) Addrs() []string { return redisAddrs(g.nodes) }
-
 // WaitOK waits until every running node reports cluster_state:ok and knows
 // all nodes, for at most timeout (0 means the start timeout). After a killed
 // master is restarted this takes a few seconds (node timeout 2 s).
@@ -180,38 +149,34 @@ func (g *RedisClusterGroup) WaitOK(timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = g.timeout
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		var last error
-		for _, n := range g.nodes {
-			if !n.Running() {
-				continue
-			}
-			ctx, cancel := ctxTimeout(time.Second)
-			v, err := n.Do(ctx, "CLUSTER", "INFO")
-			cancel()
-			if err != nil {
-				last = fmt.Errorf("%s: %w", n.name, err)
-				break
-			}
-			info, _ := v.(string)
-			if st := infoField(info, "cluster_state"); st != "ok" {
-				last = fmt.Errorf("%s: cluster_state:%s", n.name, st)
-				break
-			}
-			if k := infoField(info, "cluster_known_nodes"); k != strconv.Itoa(len(g.nodes)) {
-				last = fmt.Errorf("%s: cluster_known_nodes:%s", n.name, k)
-				break
-			}
-		}
-		if last == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("testserver: redis cluster not ok after %v: %w", timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := waitFor(timeout, 50*time.Millisecond, g.clusterOK); err != nil {
+		return fmt.Errorf("testserver: redis cluster not ok %w", err)
 	}
+	return nil
+}
+
+// clusterOK checks that every running node reports cluster_state:ok and
+// knows all nodes.
+func (g *RedisClusterGroup) clusterOK() error {
+	for _, n := range g.nodes {
+		if !n.Running() {
+			continue
+		}
+		ctx, cancel := ctxTimeout(time.Second)
+		v, err := n.Do(ctx, "CLUSTER", "INFO")
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.name, err)
+		}
+		info, _ := v.(string)
+		if st := infoField(info, "cluster_state"); st != "ok" {
+			return fmt.Errorf("%s: cluster_state:%s", n.name, st)
+		}
+		if k := infoField(info, "cluster_known_nodes"); k != strconv.Itoa(len(g.nodes)) {
+			return fmt.Errorf("%s: cluster_known_nodes:%s", n.name, k)
+		}
+	}
+	return nil
 }
 
 // RedisCluster starts a Redis Cluster of n masters (n >= 1, no replicas;
@@ -230,9 +195,8 @@ func RedisCluster(t T, n int, opts ...Option) *RedisClusterGroup {
 	g := &RedisClusterGroup{timeout: cfg.startTimeout}
 	var busPorts []int
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		g.nodes, busPorts = nil, nil
-		var procs []*Process
-		for i := 0; i < n; i++ {
+		busPorts = nil
+		return g.build(n, func(i int) (*RedisServer, error) {
 			bus, err := freePorts(1)
 			if err != nil {
 				return nil, err
@@ -245,13 +209,8 @@ func RedisCluster(t T, n int, opts ...Option) *RedisClusterGroup {
 					"--cluster-node-timeout", "2000",
 				}, cfg.args...)...)
 			})
-			if err != nil {
-				return nil, err
-			}
-			procs = append(procs, p)
-			g.nodes = append(g.nodes, &RedisServer{p})
-		}
-		return procs, nil
+			return &RedisServer{p}, err
+		})
 	}, func() error {
 		ctx, cancel := ctxTimeout(10 * time.Second)
 		defer cancel()
@@ -347,14 +306,15 @@ func (g *SentinelGroup) WaitFailover(from string, timeout time.Duration) (string
 // waitLinked waits until the replica is linked to the master and the
 // Sentinel knows the replica and has its quorum.
 func (g *SentinelGroup) waitLinked(timeout time.Duration) error {
-	if err := waitFor(timeout, g.linked); err != nil {
+	if err := waitFor(timeout, 20*time.Millisecond, g.linked); err != nil {
 		return fmt.Errorf("testserver: redis sentinel setup not ready: %w", err)
 	}
 	return nil
 }
 
-// waitFor polls check until it returns nil, for at most timeout.
-func waitFor(timeout time.Duration, check func() error) error {
+// waitFor polls check every interval until it returns nil, for at most
+// timeout.
+func waitFor(timeout, interval time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
@@ -364,7 +324,7 @@ func waitFor(timeout time.Duration, check func() error) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("after %v: %w", timeout, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
@@ -462,7 +422,7 @@ func RedisSentinel(t T, opts ...Option) *SentinelGroup {
 		f.add(s)
 		return []*Process{m, r}, nil
 	}, func() error {
-		if err := waitFor(cfg.startTimeout, g.replicaLinked); err != nil {
+		if err := waitFor(cfg.startTimeout, 20*time.Millisecond, g.replicaLinked); err != nil {
 			return fmt.Errorf("testserver: redis replica not linked: %w", err)
 		}
 		if err := g.sentinel.Start(); err != nil {

@@ -72,11 +72,8 @@ func respRead(r *bufio.Reader) (any, error) {
 		return strconv.ParseInt(line[1:], 10, 64)
 	case '$':
 		n, err := strconv.Atoi(line[1:])
-		if err != nil {
+		if err != nil || n < 0 { // a negative length is RESP's null
 			return nil, err
-		}
-		if n < 0 {
-			return nil, nil
 		}
 		buf := make([]byte, n+2)
 		if _, err := io.ReadFull(r, buf); err != nil {
@@ -85,11 +82,8 @@ func respRead(r *bufio.Reader) (any, error) {
 		return string(buf[:n]), nil
 	case '*':
 		n, err := strconv.Atoi(line[1:])
-		if err != nil {
+		if err != nil || n < 0 { // a negative length is RESP's null
 			return nil, err
-		}
-		if n < 0 {
-			return nil, nil
 		}
 		out := make([]any, 0, n)
 		for i := 0; i < n; i++ {

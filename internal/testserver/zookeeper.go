@@ -101,18 +101,8 @@ func (s *ZooKeeperServer) Mode() (string, error) {
 
 // ZooKeeperGroup is a ZooKeeper ensemble.
 type ZooKeeperGroup struct {
-	nodes   []*ZooKeeperServer
-	timeout time.Duration
-	lab     *netLab // WithIsolation
+	quorumGroup[*ZooKeeperServer]
 }
-
-// Cut cuts node i off from the other nodes and from every client, both
-// ways, until Heal; Leader and WaitLeader leave it out meanwhile. It needs
-// WithIsolation (else ErrNotIsolated).
-func (g *ZooKeeperGroup) Cut(i int) error { return g.lab.setCut(i, true) }
-
-// Heal joins node i, cut off by Cut, to the network again.
-func (g *ZooKeeperGroup) Heal(i int) error { return g.lab.setCut(i, false) }
 
 // Node returns the i-th server (from 0; its myid is i+1).
 func (g *ZooKeeperGroup) Node(i int) *ZooKeeperServer { return g.nodes[i] }
@@ -122,83 +112,46 @@ func (g *ZooKeeperGroup) Nodes() []*ZooKeeperServer {
 	return append([]*ZooKeeperServer(nil), g.nodes...)
 }
 
-// Len returns the number of servers.
-func (g *ZooKeeperGroup) Len() int { return len(g.nodes) }
-
-// Addrs returns the client addresses in node order.
-func (g *ZooKeeperGroup) Addrs() []string {
-	out := make([]string, len(g.nodes))
-	for i, n := range g.nodes {
-		out[i] = n.Addr()
-	}
-	return out
-}
-
 // ConnectString returns the client addresses joined with commas.
 func (g *ZooKeeperGroup) ConnectString() string { return strings.Join(g.Addrs(), ",") }
 
 // Leader returns the index of the running node that reports Mode leader (or
 // standalone), or an error if there is none.
 func (g *ZooKeeperGroup) Leader() (int, error) {
-	var errs []error
-	for i, n := range g.nodes {
-		if !n.Running() || g.lab.isCut(i) {
-			continue
-		}
+	return g.leader(func(n *ZooKeeperServer) (bool, error) {
 		m, err := n.Mode()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", n.name, err))
-			continue
-		}
-		if m == "leader" || m == "standalone" {
-			return i, nil
-		}
-	}
-	return -1, fmt.Errorf("testserver: no zookeeper leader: %w", errors.Join(errs...))
+		return m == "leader" || m == "standalone", err
+	})
 }
 
 // WaitLeader waits until a running node is leader and every running node
 // serves (leader or follower), for at most timeout (0 means the start
 // timeout), and returns the leader's index.
 func (g *ZooKeeperGroup) WaitLeader(timeout time.Duration) (int, error) {
-	if timeout <= 0 {
-		timeout = g.timeout
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		leader, err := g.serving()
-		if err == nil {
-			return leader, nil
-		}
-		if time.Now().After(deadline) {
-			return -1, fmt.Errorf("testserver: zookeeper ensemble not serving after %v: %w", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return g.waitLeader(timeout, "zookeeper ensemble not serving", g.serving)
 }
 
 func (g *ZooKeeperGroup) serving() (int, error) {
 	leader := -1
-	for i, n := range g.nodes {
-		if !n.Running() || g.lab.isCut(i) {
-			continue
-		}
-		ctx, cancel := ctxTimeout(time.Second)
+	err := g.probeLive(func(ctx context.Context, i int, n *ZooKeeperServer) error {
 		out, err := fourLetter(ctx, n.Addr(), "srvr")
-		cancel()
 		if err != nil {
-			return -1, fmt.Errorf("%s: %w", n.name, err)
+			return err
 		}
 		m, err := zkMode(out)
 		if err != nil {
-			return -1, fmt.Errorf("%s: %w", n.name, err)
+			return err
 		}
 		if m == "leader" || m == "standalone" {
 			if leader >= 0 {
-				return -1, fmt.Errorf("two leaders: %d and %d", leader, i)
+				return fmt.Errorf("two leaders: %d and %d", leader, i)
 			}
 			leader = i
 		}
+		return nil
+	})
+	if err != nil {
+		return -1, err
 	}
 	if leader < 0 {
 		return -1, errors.New("no leader")
@@ -236,91 +189,109 @@ func zkStart(t T, n int, standalone bool, opts []Option) *ZooKeeperGroup {
 	cfg := newConfig(zkTimeout, opts)
 	lab := isolation(t, KindZooKeeper, cfg, n)
 	f := newFixture(t)
-	g := &ZooKeeperGroup{timeout: cfg.startTimeout, lab: lab}
+	g := &ZooKeeperGroup{quorumGroup[*ZooKeeperServer]{kind: "zookeeper", timeout: cfg.startTimeout, lab: lab}}
 	f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		g.nodes = nil
 		ports, err := freePorts(3 * n)
 		if err != nil {
 			return nil, err
 		}
-		host := func(int) string { return "127.0.0.1" }
+		e := &zkEnsemble{cfg: cfg, java: java, cp: cp, lab: lab, ports: ports,
+			host: func(int) string { return "127.0.0.1" }}
 		if lab != nil {
 			// A namespace of its own per node: the usual ports, each on
 			// its node's address.
-			host = lab.addr
+			e.host = lab.addr
 			for i := range ports {
 				ports[i] = []int{2181, 2888, 3888}[i%3]
 			}
 		}
-		var servers []string
 		if !standalone {
 			for i := 0; i < n; i++ {
-				servers = append(servers, fmt.Sprintf("server.%d=%s:%d:%d", i+1, host(i), ports[3*i+1], ports[3*i+2]))
+				e.servers = append(e.servers, fmt.Sprintf("server.%d=%s:%d:%d", i+1, e.host(i), ports[3*i+1], ports[3*i+2]))
 			}
 		}
-		var procs []*Process
-		for i := 0; i < n; i++ {
-			dir, err := f.tempDir("zk")
-			if err != nil {
-				return nil, err
-			}
-			data := filepath.Join(dir, "data")
-			if err := os.MkdirAll(data, 0o755); err != nil {
-				return nil, err
-			}
-			if !standalone {
-				if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o644); err != nil {
-					return nil, err
-				}
-			}
-			conf := filepath.Join(dir, "zoo.cfg")
-			zooCfg := append([][2]string{{"clientPortAddress", host(i)}}, cfg.zooCfg...)
-			if err := os.WriteFile(conf, []byte(zooConfig(data, ports[3*i], servers, zooCfg)), 0o644); err != nil {
-				return nil, err
-			}
-			args := []string{java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
-				"-Xms32m", "-Xmx256m", "-Djava.net.preferIPv4Stack=true",
-				"-Dzookeeper.admin.enableServer=false",
-				"-Dorg.slf4j.simpleLogger.showDateTime=true",
-				"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS"}
-			props := append([][2]string{{"znode.container.checkIntervalMs", "500"}}, cfg.jvmProps...)
-			seen := map[string]int{}
-			var pargs []string
-			for _, kv := range props {
-				a := "-D" + kv[0] + "=" + kv[1]
-				if j, ok := seen[kv[0]]; ok {
-					pargs[j] = a
-					continue
-				}
-				seen[kv[0]] = len(pargs)
-				pargs = append(pargs, a)
-			}
-			args = append(args, pargs...)
-			args = append(args, cfg.args...)
-			args = append(args, "-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", conf)
-			name := "zookeeper"
-			if !standalone {
-				name = fmt.Sprintf("zookeeper[%d]", i)
-			}
-			addr := net.JoinHostPort(host(i), strconv.Itoa(ports[3*i]))
-			if lab != nil {
-				args = lab.exec(i, args)
-			}
-			p := newProcess(name, dir, addr, args)
-			p.ready = func(ctx context.Context) error {
-				out, err := fourLetter(ctx, addr, "srvr")
-				if err != nil {
-					return err
-				}
-				_, err = zkMode(out)
-				return err
-			}
-			procs = append(procs, p)
-			g.nodes = append(g.nodes, &ZooKeeperServer{p})
-		}
-		return procs, nil
+		return g.build(n, func(i int) (*ZooKeeperServer, error) {
+			p, err := e.process(f, i)
+			return &ZooKeeperServer{p}, err
+		})
 	}, nil)
 	return g
+}
+
+// zkEnsemble is the layout of one launch attempt: node i has the client,
+// quorum and election ports ports[3i:3i+3] on address host(i); servers are
+// the server.N lines (none for a standalone server).
+type zkEnsemble struct {
+	cfg      *config
+	java, cp string
+	lab      *netLab
+	ports    []int
+	host     func(int) string
+	servers  []string
+}
+
+// process writes node i's directory and configuration and returns its
+// process, not started.
+func (e *zkEnsemble) process(f *fixture, i int) (*Process, error) {
+	dir, err := f.tempDir("zk")
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return nil, err
+	}
+	name := "zookeeper"
+	if e.servers != nil {
+		name = fmt.Sprintf("zookeeper[%d]", i)
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	conf := filepath.Join(dir, "zoo.cfg")
+	zooCfg := append([][2]string{{"clientPortAddress", e.host(i)}}, e.cfg.zooCfg...)
+	if err := os.WriteFile(conf, []byte(zooConfig(data, e.ports[3*i], e.servers, zooCfg)), 0o644); err != nil {
+		return nil, err
+	}
+	args := []string{e.java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+		"-Xms32m", "-Xmx256m", "-Djava.net.preferIPv4Stack=true",
+		"-Dzookeeper.admin.enableServer=false",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS"}
+	args = append(args, jvmProps(append([][2]string{{"znode.container.checkIntervalMs", "500"}}, e.cfg.jvmProps...))...)
+	args = append(args, e.cfg.args...)
+	args = append(args, "-cp", e.cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", conf)
+	addr := net.JoinHostPort(e.host(i), strconv.Itoa(e.ports[3*i]))
+	if e.lab != nil {
+		args = e.lab.exec(i, args)
+	}
+	p := newProcess(name, dir, addr, args)
+	p.ready = func(ctx context.Context) error {
+		out, err := fourLetter(ctx, addr, "srvr")
+		if err != nil {
+			return err
+		}
+		_, err = zkMode(out)
+		return err
+	}
+	return p, nil
+}
+
+// jvmProps returns -Dkey=value arguments; a later value of a key replaces
+// an earlier one in its place.
+func jvmProps(props [][2]string) []string {
+	seen := map[string]int{}
+	var out []string
+	for _, kv := range props {
+		a := "-D" + kv[0] + "=" + kv[1]
+		if j, ok := seen[kv[0]]; ok {
+			out[j] = a
+			continue
+		}
+		seen[kv[0]] = len(out)
+		out = append(out, a)
+	}
+	return out
 }
 
 func zooConfig(dataDir string, clientPort int, servers []string, overrides [][2]string) string {

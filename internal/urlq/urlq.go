@@ -15,6 +15,7 @@
 package urlq
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -96,45 +97,34 @@ func Parsed[T any](q *Query, key string, parse func(string) (T, error)) (T, bool
 
 // Duration reads a Go duration ("500ms", "10s").
 func (q *Query) Duration(key string) (time.Duration, bool) {
-	return Parsed(q, key, func(s string) (time.Duration, error) {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return 0, fmt.Errorf("not a duration such as 10s or 500ms")
-		}
-		return d, nil
-	})
+	return parsedAs(q, key, time.ParseDuration, "not a duration such as 10s or 500ms")
 }
 
 // Int reads a decimal integer.
 func (q *Query) Int(key string) (int, bool) {
-	return Parsed(q, key, func(s string) (int, error) {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return 0, fmt.Errorf("not a whole number")
-		}
-		return n, nil
-	})
+	return parsedAs(q, key, strconv.Atoi, "not a whole number")
 }
 
 // Float reads a decimal number.
 func (q *Query) Float(key string) (float64, bool) {
-	return Parsed(q, key, func(s string) (float64, error) {
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return 0, fmt.Errorf("not a number")
-		}
-		return f, nil
-	})
+	return parsedAs(q, key, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }, "not a number")
 }
 
 // Bool reads true or false (also 1/0, t/f as strconv.ParseBool).
 func (q *Query) Bool(key string) (bool, bool) {
-	return Parsed(q, key, func(s string) (bool, error) {
-		b, err := strconv.ParseBool(s)
+	return parsedAs(q, key, strconv.ParseBool, "not true or false")
+}
+
+// parsedAs is Parsed with a parser from the standard library, whose error
+// is replaced by want, a short description of a good value.
+func parsedAs[T any](q *Query, key string, parse func(string) (T, error), want string) (T, bool) {
+	return Parsed(q, key, func(s string) (T, error) {
+		v, err := parse(s)
 		if err != nil {
-			return false, fmt.Errorf("not true or false")
+			var zero T
+			return zero, errors.New(want)
 		}
-		return b, nil
+		return v, nil
 	})
 }
 

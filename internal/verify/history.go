@@ -95,25 +95,19 @@ type History struct {
 }
 
 // ReadEvents appends the JSON lines of r to h.Events.
-func (h *History) ReadEvents(r io.Reader) error {
-	return readLines(r, func(dec *json.Decoder) error {
-		var e Event
-		if err := dec.Decode(&e); err != nil {
-			return err
-		}
-		h.Events = append(h.Events, e)
-		return nil
-	})
-}
+func (h *History) ReadEvents(r io.Reader) error { return readInto(r, &h.Events) }
 
 // ReadWrites appends the JSON lines of r to h.Writes.
-func (h *History) ReadWrites(r io.Reader) error {
+func (h *History) ReadWrites(r io.Reader) error { return readInto(r, &h.Writes) }
+
+// readInto appends the JSON lines of r, each a T, to dst.
+func readInto[T any](r io.Reader, dst *[]T) error {
 	return readLines(r, func(dec *json.Decoder) error {
-		var w Write
-		if err := dec.Decode(&w); err != nil {
+		var v T
+		if err := dec.Decode(&v); err != nil {
 			return err
 		}
-		h.Writes = append(h.Writes, w)
+		*dst = append(*dst, v)
 		return nil
 	})
 }

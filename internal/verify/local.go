@@ -70,7 +70,17 @@ func StartLocal(kind string, log io.Writer) (l *Local, err error) {
 			l, err = nil, fmt.Errorf("--local %s: %s", kind, string(f))
 		}
 	}()
-	switch kind {
+	if err := l.start(t); err != nil {
+		return nil, err
+	}
+	l.Version = serverVersion(kind)
+	return l, nil
+}
+
+// start starts the servers of l.Kind and sets the URL and what the faults
+// need.
+func (l *Local) start(t *localT) error {
+	switch l.Kind {
 	case "redis":
 		s := testserver.Redis(t)
 		l.URL, l.servers = "redis://"+s.Addr(), []*testserver.Process{s.Process}
@@ -80,60 +90,56 @@ func StartLocal(kind string, log io.Writer) (l *Local, err error) {
 		l.sentinel = g
 		l.URL = "redis+sentinel://" + strings.Join(g.SentinelAddrs(), ",") + "/" + g.MasterName()
 		l.outside[FaultFailover] = "a Sentinel failover: replication is asynchronous, the promoted replica may not have the lock"
-		if kind == "redis-sentinel-wait" {
+		if l.Kind == "redis-sentinel-wait" {
 			l.URL += "?wait_replicas=1"
 			l.outside[FaultFailover] = "a Sentinel failover with WAIT for 1 replica: WAIT narrows the window, it does not make replication synchronous"
 		}
 	case "redlock":
 		g := testserver.RedisN(t, 5)
 		l.URL = "redlock://" + strings.Join(g.Addrs(), ",")
-		for _, n := range g.Nodes() {
-			l.servers = append(l.servers, n.Process)
-		}
+		l.servers = g.Processes()
 	case "zookeeper":
 		g := testserver.ZooKeeperEnsemble(t, 3, l.isolation()...)
 		l.URL = "zk://" + g.ConnectString() + "?session_timeout=4s"
-		for _, n := range g.Nodes() {
-			l.servers = append(l.servers, n.Process)
-		}
+		l.servers = g.Processes()
 		l.leader, l.session = g.Leader, 4*time.Second
-		if l.cutWhy == "" {
-			l.cut, l.heal = g.Cut, g.Heal
-			l.settle = func() error { _, err := g.WaitLeader(30 * time.Second); return err }
-		}
+		l.cuttable(g.Cut, g.Heal, g.WaitLeader)
 	case "etcd":
 		g := testserver.EtcdCluster(t, 3, l.isolation()...)
 		l.URL = "etcd://" + strings.Join(g.Addrs(), ",") + "/verify"
-		for _, n := range g.Nodes() {
-			l.servers = append(l.servers, n.Process)
-		}
+		l.servers = g.Processes()
 		l.leader = g.Leader
-		if l.cutWhy == "" {
-			l.cut, l.heal = g.Cut, g.Heal
-			l.settle = func() error { _, err := g.WaitLeader(30 * time.Second); return err }
-		}
+		l.cuttable(g.Cut, g.Heal, g.WaitLeader)
 	case "postgres", "postgres-session":
 		s := testserver.Postgres(t)
 		l.URL, l.servers = s.TestDSN(), []*testserver.Process{s.Process}
-		if kind == "postgres-session" {
+		if l.Kind == "postgres-session" {
 			l.URL += "&mode=session"
 		}
 	case "mysql", "mysql-session":
 		s := testserver.MariaDB(t)
 		l.URL, l.servers = "mysql://root@"+s.Addr()+"/test", []*testserver.Process{s.Process}
-		if kind == "mysql-session" {
+		if l.Kind == "mysql-session" {
 			l.URL += "?mode=session"
 		}
 	case "sqlite":
 		dir, err := os.MkdirTemp("", "dlock-verify-sqlite-")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
 		l.URL = "sqlite://" + filepath.ToSlash(filepath.Join(dir, "locks.db"))
 	}
-	l.Version = serverVersion(kind)
-	return l, nil
+	return nil
+}
+
+// cuttable lets server-cut cut ensemble members off, unless the store
+// cannot take it (cutWhy); settle waits for a leader again.
+func (l *Local) cuttable(cut, heal func(int) error, waitLeader func(time.Duration) (int, error)) {
+	if l.cutWhy == "" {
+		l.cut, l.heal = cut, heal
+		l.settle = func() error { _, err := waitLeader(30 * time.Second); return err }
+	}
 }
 
 // Close stops every server.

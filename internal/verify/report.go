@@ -9,8 +9,31 @@ import (
 	"time"
 )
 
-// writeReport writes report.md and result.json to dir.
+// writeReport writes report.md, grants.png and result.json to dir.
 func writeReport(dir string, rep *Report) error {
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(reportMarkdown(rep)), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "grants.png"))
+	if err != nil {
+		return err
+	}
+	if err := WriteChart(f, rep.history, rep.Result); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	j, err := json.MarshalIndent(resultJSON(rep), "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "result.json"), append(j, '\n'), 0o644)
+}
+
+// reportMarkdown is the text of report.md.
+func reportMarkdown(rep *Report) string {
 	res := rep.Result
 	var b strings.Builder
 	cfg := rep.Config
@@ -21,20 +44,7 @@ func writeReport(dir string, rep *Report) error {
 	if cfg.Local != nil {
 		fmt.Fprintf(&b, "Servers started by the command (--local %s): %s.\n\n", cfg.Local.Kind, cfg.Local.Version)
 	}
-	fmt.Fprintf(&b, "| fault | injected | outside assumptions |\n|---|---|---|\n")
-	for _, k := range cfg.Faults {
-		n, out := 0, ""
-		for _, f := range rep.Faults {
-			if f.Kind == k {
-				n++
-				if f.Outside {
-					out = f.Label
-				}
-			}
-		}
-		fmt.Fprintf(&b, "| %s | %d | %s |\n", k, n, out)
-	}
-	b.WriteString("\n")
+	writeFaultTable(&b, rep)
 	fmt.Fprintf(&b, "| check | violations | outside assumptions (labelled) |\n|---|---|---|\n")
 	for _, c := range []struct{ id, name string }{
 		{CheckPromise, "(a) no grant inside another's validity"},
@@ -55,13 +65,39 @@ func writeReport(dir string, rep *Report) error {
 		fmt.Fprintf(&b, "Kill to next grant over %d kills: p50 %v, p99 %v.\n", n,
 			Percentile(res.KillToGrant, 50).Round(time.Millisecond), Percentile(res.KillToGrant, 99).Round(time.Millisecond))
 	}
+	writeViolations(&b, res.Violations)
+	fmt.Fprintf(&b, "\nHistories: `history/worker-N.jsonl` (events), `history/resource.jsonl` (the resource's serial log), `history/faults.json`.\n")
+	fmt.Fprintf(&b, "\n![grants per worker](grants.png)\n")
+	return b.String()
+}
+
+// writeFaultTable writes how often each configured fault was injected.
+func writeFaultTable(b *strings.Builder, rep *Report) {
+	fmt.Fprintf(b, "| fault | injected | outside assumptions |\n|---|---|---|\n")
+	for _, k := range rep.Config.Faults {
+		n, out := 0, ""
+		for _, f := range rep.Faults {
+			if f.Kind == k {
+				n++
+				if f.Outside {
+					out = f.Label
+				}
+			}
+		}
+		fmt.Fprintf(b, "| %s | %d | %s |\n", k, n, out)
+	}
+	b.WriteString("\n")
+}
+
+// writeViolations lists the first 20 violations (raw overlaps left out).
+func writeViolations(b *strings.Builder, vs []Violation) {
 	bad := 0
-	for _, v := range res.Violations {
+	for _, v := range vs {
 		if v.Check == CheckOverlap {
 			continue
 		}
 		if bad == 0 {
-			fmt.Fprintf(&b, "\n## First violations\n\n")
+			fmt.Fprintf(b, "\n## First violations\n\n")
 		}
 		if bad++; bad > 20 {
 			break
@@ -70,24 +106,13 @@ func writeReport(dir string, rep *Report) error {
 		if v.Outside != "" {
 			label = " [outside the assumptions: " + v.Outside + "]"
 		}
-		fmt.Fprintf(&b, "- (%s) at t=%d ns: %s%s\n", v.Check, v.T, v.Detail, label)
+		fmt.Fprintf(b, "- (%s) at t=%d ns: %s%s\n", v.Check, v.T, v.Detail, label)
 	}
-	fmt.Fprintf(&b, "\nHistories: `history/worker-N.jsonl` (events), `history/resource.jsonl` (the resource's serial log), `history/faults.json`.\n")
-	fmt.Fprintf(&b, "\n![grants per worker](grants.png)\n")
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "grants.png"))
-	if err != nil {
-		return err
-	}
-	if err := WriteChart(f, rep.history, res); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
+}
+
+// resultJSON is the content of result.json.
+func resultJSON(rep *Report) map[string]any {
+	res, cfg := rep.Result, rep.Config
 	out := map[string]any{
 		"pass":            !res.Failed(),
 		"url":             cfg.URL,
@@ -117,11 +142,7 @@ func writeReport(dir string, rep *Report) error {
 		out["local"] = cfg.Local.Kind
 		out["server_version"] = cfg.Local.Version
 	}
-	j, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "result.json"), append(j, '\n'), 0o644)
+	return out
 }
 
 func orNone(s string) string {
