@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -264,5 +265,47 @@ func TestSessionStatements(t *testing.T) {
 	var free int
 	if err := db.QueryRowContext(ctx, `SELECT IS_FREE_LOCK(?)`, mysql.SessionLockName(mysql.DefaultTable, req.Name)).Scan(&free); err != nil || free != 1 {
 		t.Errorf("IS_FREE_LOCK after the release: %d, %v", free, err)
+	}
+}
+
+// TestRenewBatchStatements: RenewBatch of 600 holds sharing a TTL is 3
+// statements (256 holds each at most), not 600.
+func TestRenewBatchStatements(t *testing.T) {
+	srv := testserver.MariaDB(t)
+	mc, err := gomysql.ParseDSN(srv.DSN() + "?clientFoundRows=true&interpolateParams=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := gomysql.NewConnector(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := &countingConnector{Connector: base}
+	db := sql.OpenDB(cnt)
+	defer db.Close()
+	b, err := mysql.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	var rs []dlock.Renewal
+	for i := range 600 {
+		req := dlock.Request{Name: fmt.Sprintf("rb%d", i), Owner: "o", TTL: time.Minute}
+		g, _, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, dlock.Renewal{Hold: dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}, TTL: time.Minute})
+	}
+	b.RenewBatch(ctx, rs) // prepares the statements
+	before := cnt.n.Load()
+	for i, err := range b.RenewBatch(ctx, rs) {
+		if err != nil {
+			t.Fatalf("renewal %d: %v", i, err)
+		}
+	}
+	if n := cnt.n.Load() - before; n != 3 {
+		t.Errorf("RenewBatch of %d holds took %d statements, want 3", len(rs), n)
 	}
 }

@@ -122,9 +122,13 @@ func (e *Engine) retry(ctx context.Context, fn func(context.Context) error) erro
 	}
 }
 
-// write runs fn, which writes, under the process's write lock, retrying
-// busy errors until ctx is done; see retry.
+// write runs fn, which writes, retrying busy errors until ctx is done
+// (see retry); unless the dialect has ConcurrentWrites, under the
+// process's write lock.
 func (e *Engine) write(ctx context.Context, fn func(context.Context) error) error {
+	if e.d.ConcurrentWrites {
+		return e.retry(ctx, fn)
+	}
 	return e.retry(ctx, func(dctx context.Context) error {
 		if err := e.local.lockWrite(ctx); err != nil {
 			return err

@@ -25,7 +25,8 @@ import (
 //     every waiter woken by one change needs a look taken after the
 //     change, and one look serves them all.
 //   - A write lock that serializes this process's writing statements, so
-//     that they queue in Go instead of in the database's busy handler.
+//     that they queue in Go instead of in the database's busy handler
+//     (only for a dialect without ConcurrentWrites: SQLite).
 //
 // Engines on different stores must not share a Local.
 type Local struct {
