@@ -8,8 +8,8 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
-	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/dlock-dev/dlock/internal/silenttest"
+	"github.com/dlock-dev/dlock/internal/sqllock"
 )
 
 // Target is what the tests that the server backends (postgres, mysql)
