@@ -13,13 +13,14 @@ import (
 // target is the backend for the tests it shares with postgres.
 var target = sqllocktest.Target{
 	Dialect: "mysql",
-	Start: func(t *testing.T, many bool) (string, string) {
+	Start: func(t *testing.T, many bool) sqllocktest.Server {
 		var opts []testserver.Option
 		if many {
 			opts = append(opts, testserver.WithArgs("--max-connections=300"))
 		}
 		srv := testserver.MariaDB(t, opts...)
-		return srv.Addr(), srv.DSN()
+		return sqllocktest.Server{Addr: srv.Addr(), DSN: srv.DSN(), Process: srv,
+			TerminateAll: func(t *testing.T) int { return terminateAll(t, srv) }}
 	},
 	Open: func(ctx context.Context, dsn string, m sqllocktest.Mode) (dlock.Backend, error) {
 		var opts []mysql.Option

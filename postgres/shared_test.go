@@ -13,13 +13,14 @@ import (
 // target is the backend for the tests it shares with mysql.
 var target = sqllocktest.Target{
 	Dialect: "postgres",
-	Start: func(t *testing.T, many bool) (string, string) {
+	Start: func(t *testing.T, many bool) sqllocktest.Server {
 		var opts []testserver.Option
 		if many {
 			opts = append(opts, testserver.WithArgs("-c", "max_connections=300"))
 		}
 		srv := testserver.Postgres(t, opts...)
-		return srv.Addr(), srv.TestDSN()
+		return sqllocktest.Server{Addr: srv.Addr(), DSN: srv.TestDSN(), Process: srv,
+			TerminateAll: func(t *testing.T) int { return terminateAll(t, srv) }}
 	},
 	Open: func(ctx context.Context, dsn string, m sqllocktest.Mode) (dlock.Backend, error) {
 		var opts []postgres.Option

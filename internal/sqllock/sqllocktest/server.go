@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/sessiontest"
 	"github.com/dlock-dev/dlock/internal/silenttest"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 )
@@ -18,15 +19,25 @@ type Target struct {
 	// Dialect is "postgres" or "mysql".
 	Dialect string
 	// Start starts a server for the test, with room for 300 connections
-	// if many, and returns its host:port and the DSN of its test
-	// database.
-	Start func(t *testing.T, many bool) (addr, dsn string)
+	// if many.
+	Start func(t *testing.T, many bool) Server
 	// Open opens a Backend on dsn as the package's Open does, with the
 	// options of m.
 	Open func(ctx context.Context, dsn string, m Mode) (dlock.Backend, error)
 	// DB opens a pool of the package's driver on dsn, closed when the
 	// test ends.
 	DB func(t testing.TB, dsn string) *sql.DB
+}
+
+// Server is a server that Target.Start started.
+type Server struct {
+	Addr string // host:port
+	DSN  string // of its test database, for Target.Open and Target.DB
+	// Process kills and restarts the server's process.
+	Process sessiontest.Server
+	// TerminateAll ends, from the server, every client connection but
+	// its own (pg_terminate_backend, KILL) and returns how many.
+	TerminateAll func(t *testing.T) int
 }
 
 // Mode is the options a shared test opens a Backend with.
@@ -60,7 +71,7 @@ func BoundedRows(t *testing.T, tg Target) {
 	if testing.Short() {
 		t.Skip("10,000 names")
 	}
-	_, dsn := tg.Start(t, false)
+	dsn := tg.Start(t, false).DSN
 	db := tg.DB(t, dsn)
 	Bounded(t, tg.factory(dsn, Mode{}), func(ctx context.Context, prefix string) (int, error) {
 		return Count(ctx, db, sqllock.DefaultTable, prefix)
@@ -72,7 +83,7 @@ func BoundedRows(t *testing.T, tg Target) {
 // many names while another sweeps all the time; exclusion holds and
 // tokens increase.
 func ChurnModes(t *testing.T, tg Target) {
-	_, dsn := tg.Start(t, true)
+	dsn := tg.Start(t, true).DSN
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			m := mode.m
@@ -94,7 +105,7 @@ func ChurnModes(t *testing.T, tg Target) {
 // UpgradeTable runs [Upgrade]: a table of the version before the fence
 // table keeps working after migration, and its tokens do not go back.
 func UpgradeTable(t *testing.T, tg Target) {
-	_, dsn := tg.Start(t, false)
+	dsn := tg.Start(t, false).DSN
 	Upgrade(t, tg.DB(t, dsn), tg.Dialect, "up_locks", func(noMigrate bool) (dlock.Backend, error) {
 		return tg.Open(context.Background(), dsn, Mode{Table: "up_locks", NoMigrate: noMigrate})
 	})
@@ -105,7 +116,8 @@ func UpgradeTable(t *testing.T, tg Target) {
 // return by their context plus dlock.CancelGrace, and leave nothing that
 // holds the lock past its TTL.
 func SilentLink(t *testing.T, tg Target) {
-	target, dsn := tg.Start(t, false)
+	srv := tg.Start(t, false)
+	target, dsn := srv.Addr, srv.DSN
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			silenttest.Run(t, silenttest.Env{
