@@ -39,7 +39,7 @@ func (e *Engine) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) err
 		return err
 	}
 	var n int64
-	err := e.write(ctx, func(ctx context.Context) error {
+	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
 		res, err := e.pool.ExecContext(ctx, e.q.renew, ttlMillis(ttl), h.Name, h.Owner, int64(h.Token))
 		if err != nil {
 			return err
@@ -76,7 +76,7 @@ func (e *Engine) release(ctx context.Context, h dlock.Hold, tryDelete bool) erro
 		done  bool
 		holds int64
 	)
-	err := e.write(ctx, func(ctx context.Context) error {
+	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
 		args := []any{h.Name, h.Owner, int64(h.Token)}
 		if tryDelete {
 			// The last hold without waiters: the row goes at once.
