@@ -20,6 +20,11 @@
 // more connection out of the pool per held lock and per waiter, and does
 // not cap them. [New] and [NewPool] leave the caller's pool as it is.
 //
+// In lease-table mode the writes of one name in one process take turns,
+// and so do the looks of its waiters (a herd looks once per change, on
+// one connection); different names run at once. The Client renews the leases that are due
+// together: one UPDATE per 256 leases with the same TTL.
+//
 // # Maximum TTL
 //
 // A TTL is sent as whole milliseconds (rounded up, without overflow) and
