@@ -33,8 +33,8 @@ import (
 // an advisory lock on a connection of its own per held lock and per
 // waiter). The "pglock" rows are cirello.io/pglock with its defaults (a
 // 20 s lease, a heartbeat every 5 s, and a waiter that sleeps a whole lease
-// between attempts), each locker with its own *sql.DB over pgx's
-// database/sql driver, in the same run on the same server.
+// between attempts), each locker with its own *sql.DB over lib/pq keeping
+// 64 idle connections, in the same run on the same server.
 //
 //	cd bench && go test -run XXX -bench 'Postgres|MariaDB' -benchtime 2000x
 func BenchmarkPostgres(b *testing.B) {
@@ -77,7 +77,7 @@ func BenchmarkPostgres(b *testing.B) {
 				}
 				pc.Tracer = cnt
 				db := stdlib.OpenDB(*pc)
-				db.SetMaxIdleConns(8)
+				openPool(db, mode.name)
 				be, err := postgres.New(db, mode.opts...)
 				if err != nil {
 					db.Close()
@@ -139,7 +139,7 @@ func BenchmarkMariaDB(b *testing.B) {
 					t.Fatal(err)
 				}
 				db := sql.OpenDB(&countingConnector{Connector: base, total: &cnt})
-				db.SetMaxIdleConns(8)
+				openPool(db, mode.name)
 				be, err := mysql.New(db, mode.opts...)
 				if err != nil {
 					db.Close()
@@ -149,6 +149,15 @@ func BenchmarkMariaDB(b *testing.B) {
 				return be
 			}, sqlScale(mode.name, &cnt)...)
 		})
+	}
+}
+
+// openPool sizes db as the postgres and mysql backends' Open does in the
+// mode (see postgres.PoolMaxConns).
+func openPool(db *sql.DB, mode string) {
+	db.SetMaxIdleConns(postgres.DefaultPoolMaxConns)
+	if mode != "dlock-session" {
+		db.SetMaxOpenConns(postgres.DefaultPoolMaxConns)
 	}
 }
 
@@ -177,6 +186,10 @@ func benchPglock(b *testing.B, dsn string) {
 		}
 		cnt = &countingConnector{Connector: pqc}
 		db := sql.OpenDB(cnt)
+		// database/sql keeps 2 idle connections by default; an
+		// application running 32 goroutines on pglock would raise it
+		// (issue 17 measured the peers with 64).
+		db.SetMaxIdleConns(64)
 		b.Cleanup(func() { db.Close() })
 		c, err = pglock.New(db, pglock.WithCustomTable("dlockbench_pglock"))
 		if err != nil {

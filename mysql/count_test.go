@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,9 +103,10 @@ func (s *countingStmt) CheckNamedValue(nv *driver.NamedValue) error {
 	return driver.ErrSkip
 }
 
-// TestStatements counts the statements of an acquisition, a renewal and a
-// release at the driver.
-func TestStatements(t *testing.T) {
+// countedBackend returns a Backend with opts on db, a pool on a new
+// MariaDB whose statements cnt counts.
+func countedBackend(t *testing.T, opts ...mysql.Option) (*mysql.Backend, *countingConnector, *sql.DB) {
+	t.Helper()
 	srv := testserver.MariaDB(t)
 	mc, err := gomysql.ParseDSN(srv.DSN() + "?clientFoundRows=true&interpolateParams=true")
 	if err != nil {
@@ -116,12 +118,19 @@ func TestStatements(t *testing.T) {
 	}
 	cnt := &countingConnector{Connector: base}
 	db := sql.OpenDB(cnt)
-	defer db.Close()
-	b, err := mysql.New(db)
+	t.Cleanup(func() { db.Close() })
+	b, err := mysql.New(db, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { b.Close() })
+	return b, cnt, db
+}
+
+// TestStatements counts the statements of an acquisition, a renewal and a
+// release at the driver.
+func TestStatements(t *testing.T) {
+	b, cnt, _ := countedBackend(t)
 	ctx := context.Background()
 	req := dlock.Request{Name: "stmts", Owner: "o", TTL: 10 * time.Second}
 	for range 2 { // prepare the statements first
@@ -142,7 +151,10 @@ func TestStatements(t *testing.T) {
 			t.Errorf("%s took %d statements, want %d", what, n, want)
 		}
 	}
-	var g dlock.Grant
+	var (
+		g   dlock.Grant
+		err error
+	)
 	// One INSERT … ON DUPLICATE KEY UPDATE, its result in the last-insert id.
 	measure("acquire", 1, func() {
 		if g, _, err = b.Acquire(ctx, req); err != nil {
@@ -187,23 +199,7 @@ func TestStatements(t *testing.T) {
 // TestSessionStatements counts the statements of session mode at the
 // driver.
 func TestSessionStatements(t *testing.T) {
-	srv := testserver.MariaDB(t)
-	mc, err := gomysql.ParseDSN(srv.DSN() + "?clientFoundRows=true&interpolateParams=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := gomysql.NewConnector(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cnt := &countingConnector{Connector: base}
-	db := sql.OpenDB(cnt)
-	defer db.Close()
-	b, err := mysql.New(db, mysql.Session())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, cnt, db := countedBackend(t, mysql.Session())
 	ctx := context.Background()
 	req := dlock.Request{Name: "stmts", Owner: "o", TTL: 10 * time.Second}
 	for range 2 { // warm up the pool
@@ -224,7 +220,10 @@ func TestSessionStatements(t *testing.T) {
 			t.Errorf("%s took %d statements, want %d", what, n, want)
 		}
 	}
-	var g, g2 dlock.Grant
+	var (
+		g, g2 dlock.Grant
+		err   error
+	)
 	// INSERT … SELECT … WHERE GET_LOCK(key, 0) = 1 ON DUPLICATE KEY UPDATE.
 	measure("acquire", 1, func() {
 		if g, _, err = b.Acquire(ctx, req); err != nil {
@@ -264,5 +263,31 @@ func TestSessionStatements(t *testing.T) {
 	var free int
 	if err := db.QueryRowContext(ctx, `SELECT IS_FREE_LOCK(?)`, mysql.SessionLockName(mysql.DefaultTable, req.Name)).Scan(&free); err != nil || free != 1 {
 		t.Errorf("IS_FREE_LOCK after the release: %d, %v", free, err)
+	}
+}
+
+// TestRenewBatchStatements: RenewBatch of 600 holds sharing a TTL is 3
+// statements (256 holds each at most), not 600.
+func TestRenewBatchStatements(t *testing.T) {
+	b, cnt, _ := countedBackend(t)
+	ctx := context.Background()
+	var rs []dlock.Renewal
+	for i := range 600 {
+		req := dlock.Request{Name: fmt.Sprintf("rb%d", i), Owner: "o", TTL: time.Minute}
+		g, _, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, dlock.Renewal{Hold: dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}, TTL: time.Minute})
+	}
+	b.RenewBatch(ctx, rs) // prepares the statements
+	before := cnt.n.Load()
+	for i, err := range b.RenewBatch(ctx, rs) {
+		if err != nil {
+			t.Fatalf("renewal %d: %v", i, err)
+		}
+	}
+	if n := cnt.n.Load() - before; n != 3 {
+		t.Errorf("RenewBatch of %d holds took %d statements, want 3", len(rs), n)
 	}
 }

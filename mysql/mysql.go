@@ -137,7 +137,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 		return nil, invalid("%v", err)
 	}
 	db := sql.OpenDB(conn)
-	db.SetMaxIdleConns(8)
+	cfg.SizePool(db)
 	idle := time.Minute
 	if w, err := strconv.Atoi(mc.Params["wait_timeout"]); err == nil && w > 0 {
 		// Drop idle connections well before the server does (database/sql

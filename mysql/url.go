@@ -25,6 +25,7 @@ func init() { connect.Register([]string{"mysql"}, ParseURL, Open) }
 //	waiter_timeout=DUR    a Go duration (WaiterTimeout)
 //	mode=lease|session    lease-table mode (the default) or session mode (Session)
 //	migrate=true|false    create the tables if missing (the default), or only check them (NoMigrate)
+//	pool_max_conns=N      the connections Open's pool keeps, at least 1 (PoolMaxConns)
 //	socket=PATH           connect over the Unix socket PATH instead of TCP
 //	connect_timeout=DUR   a Go duration or whole seconds (ConnectTimeout); the
 //	                      driver's timeout=DUR means the same, give one of them

@@ -30,12 +30,13 @@ var pgDialect = sqllock.Dialect{
 	Max:       "GREATEST",
 	Returning: true,
 	// A statement whose server stopped answering is given up on.
-	Interruptible: true,
-	Begin:         "BEGIN",
-	Schema:        postgresSchema,
-	Classify:      classifyPostgres,
-	Buckets:       pgBuckets,
-	Bucket:        pgBucket,
+	Interruptible:    true,
+	ConcurrentWrites: true,
+	Begin:            "BEGIN",
+	Schema:           postgresSchema,
+	Classify:         classifyPostgres,
+	Buckets:          pgBuckets,
+	Bucket:           pgBucket,
 	// The mark is read locked, so that an acquisition that waited for a
 	// deletion of its name's row sees the mark that the deletion raised.
 	MarkLock:   "FOR SHARE OF f",

@@ -10,6 +10,21 @@
 // [dlock.Register], so that dlock.Open(ctx, "postgres://app@db/app?table=locks")
 // works with the package imported; see [ParseURL] and the examples.
 //
+// # Connections
+//
+// The pool that [Open] makes keeps [DefaultPoolMaxConns] (32) connections
+// open between statements, so that many goroutines of one Client run
+// their statements at once without connecting per operation; in
+// lease-table mode that is also the most it opens. Set it with
+// [PoolMaxConns] or the URL's pool_max_conns=N. Session mode takes one
+// more connection out of the pool per held lock and per waiter, and does
+// not cap them. [New] and [NewPool] leave the caller's pool as it is.
+//
+// In lease-table mode the writes of one name in one process take turns,
+// and so do the looks of its waiters (a herd looks once per change, on
+// one connection); different names run at once. The Client renews the leases that are due
+// together: one UPDATE per 256 leases with the same TTL.
+//
 // # Maximum TTL
 //
 // A TTL is sent as whole milliseconds (rounded up, without overflow) and

@@ -15,6 +15,9 @@ const (
 	// DefaultWaiterTimeout is how long a fair waiter's queue row lives
 	// without a heartbeat.
 	DefaultWaiterTimeout = sqllock.DefaultWaiterTimeout
+	// DefaultPoolMaxConns is the size of the connection pool that Open
+	// makes (see [PoolMaxConns]).
+	DefaultPoolMaxConns = sqllock.DefaultPoolMaxConns
 )
 
 // Option configures Open, New, NewPool and Migrate.
@@ -40,6 +43,14 @@ func WaiterTimeout(d time.Duration) Option { return option(sqllock.SetWaiterTime
 // Session puts the Backend in session mode (advisory locks), described in
 // the package doc's "# Session mode" (URL: mode=session).
 func Session() Option { return option(sqllock.SetSession(true)) }
+
+// PoolMaxConns sets the size of the connection pool that Open makes
+// (default [DefaultPoolMaxConns], at least 1; URL: pool_max_conns): the
+// connections kept open between statements, and in lease-table mode the
+// most open at once. In session mode each held lock and each waiter has a
+// connection of its own on top. New and NewPool leave the caller's pool
+// as it is.
+func PoolMaxConns(n int) Option { return option(sqllock.SetPoolMaxConns(n)) }
 
 // NoMigrate makes Open, New and NewPool only check that the tables exist,
 // for a user who may not create them: run [Migrate] first (URL: migrate=false).

@@ -75,6 +75,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 		// replaced.
 		return nil, invalid("%v", err)
 	}
+	if err := poolParam(pc, &cfg); err != nil {
+		return nil, err
+	}
 	switch {
 	case cfg.Connect != nil:
 		pc.ConnectTimeout = *cfg.Connect
@@ -85,7 +88,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	probe := new(connect.Probe)
 	pc.DialFunc = pgconn.DialFunc(probe.Dial(connect.DialFunc(pc.DialFunc)))
 	db := stdlib.OpenDB(*pc, stdlib.OptionShouldPing(shouldPing))
-	db.SetMaxIdleConns(8)
+	cfg.SizePool(db)
 	db.SetConnMaxIdleTime(time.Minute)
 	pctx, cancel := connect.Bound(ctx, pc.ConnectTimeout)
 	err = db.PingContext(pctx)
@@ -109,6 +112,25 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 		db.Close()
 	}
 	return b, err
+}
+
+// poolParam takes pool_max_conns out of a DSN in keyword form (pgx would
+// send it to the server, which refuses it) into cfg, unless the
+// PoolMaxConns option set it.
+func poolParam(pc *pgx.ConnConfig, cfg *sqllock.Options) error {
+	v, ok := pc.RuntimeParams[sqllock.PoolMaxConnsParam]
+	if !ok {
+		return nil
+	}
+	delete(pc.RuntimeParams, sqllock.PoolMaxConnsParam)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return invalid("%s=%q is not a whole number of at least 1", sqllock.PoolMaxConnsParam, v)
+	}
+	if cfg.PoolMaxConns == 0 {
+		cfg.PoolMaxConns = n
+	}
+	return nil
 }
 
 // New returns a Backend on db, a PostgreSQL database the caller opened

@@ -24,12 +24,8 @@ import (
 	"go.uber.org/goleak"
 )
 
-// childEnv, when set, makes this test binary a worker process of
-// TestProcesses.
-const childEnv = "DLOCK_PG_TEST_CHILD"
-
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
+	if os.Getenv(sqllocktest.WorkerEnv) != "" {
 		os.Exit(m.Run())
 	}
 	goleak.VerifyTestMain(m)

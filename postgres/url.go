@@ -22,6 +22,7 @@ func init() { connect.Register([]string{"postgres", "postgresql"}, ParseURL, Ope
 //	mode=lease|session    lease-table mode (the default) or session mode (Session)
 //	migrate=true|false    create the tables if missing (the default), or only check them (NoMigrate)
 //	connect_timeout=DUR   whole seconds (libpq's form) or a Go duration (ConnectTimeout)
+//	pool_max_conns=N      the connections Open's pool keeps, at least 1 (PoolMaxConns)
 //
 // The other parameters must be libpq's (sslmode, application_name, …) or
 // pgx's; any other, or one given twice, is an error matching

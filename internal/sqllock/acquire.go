@@ -153,7 +153,7 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 			g  dlock.Grant
 			ok bool
 		)
-		err := e.write(ctx, func(ctx context.Context) error {
+		err := e.writeName(ctx, req.Name, func(ctx context.Context) error {
 			var err error
 			g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
 			return err
@@ -211,7 +211,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	// The attempt alone first, in one statement: a free lock needs no
 	// more. Only when it is refused does the request take its place, in a
 	// transaction that tries again first.
-	err := e.write(ctx, func(ctx context.Context) error {
+	err := e.writeName(ctx, req.Name, func(ctx context.Context) error {
 		var err error
 		g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
 		return err
@@ -224,7 +224,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	if err != nil {
 		return dlock.Grant{}, nil, e.wrap(err)
 	}
-	err = e.write(ctx, func(ctx context.Context) error {
+	err = e.writeName(ctx, req.Name, func(ctx context.Context) error {
 		return e.tx(ctx, func(c *sql.Conn) error {
 			var err error
 			if g, ok, err = e.attempt(ctx, c, req, NoSeq); err != nil || ok {

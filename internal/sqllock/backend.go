@@ -193,3 +193,7 @@ func (e *openErr) Unwrap() []error {
 	}
 	return []error{dlock.ErrBackendUnavailable, e.err}
 }
+
+// PoolOf returns the pool that b runs its statements on, for the backends'
+// tests of how Open sized it.
+func PoolOf(b *Backend) *sql.DB { return b.e.db }

@@ -47,6 +47,14 @@ type Dialect struct {
 	// in-memory database with it).
 	Interruptible bool
 
+	// ConcurrentWrites says that the database runs writing statements of
+	// many connections at once, each waiting only for the rows it locks
+	// (PostgreSQL, InnoDB): the engine then sends them as they come.
+	// Without it (SQLite: one writer per database) the engine queues a
+	// process's writes in Go, one at a time, rather than in the
+	// database's busy handler.
+	ConcurrentWrites bool
+
 	// Returning says the database has INSERT … ON CONFLICT (col) DO UPDATE
 	// SET … WHERE … and RETURNING on INSERT and UPDATE. Without it the
 	// engine runs a transaction where one statement would do.

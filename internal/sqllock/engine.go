@@ -70,7 +70,8 @@ type Engine struct {
 	wttl     time.Duration
 	onClose  func() error
 
-	pool pool // e.db through prepared statements
+	pool   pool     // e.db through prepared statements
+	renews sync.Map // size → the text of renewSQL(size)
 
 	ops     atomic.Uint64 // acquisitions and releases, for the sweep's turn
 	backlog atomic.Bool   // the last sweep deleted a full batch

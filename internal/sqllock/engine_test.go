@@ -231,6 +231,48 @@ func TestRenewBatch(t *testing.T) {
 	}
 }
 
+// TestRenewBatchMany: a batch larger than one renewal statement, with two
+// TTLs and a lost hold among them, renews every other hold to its own TTL
+// and reports the lost one.
+func TestRenewBatchMany(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, filepath.Join(t.TempDir(), "locks.db"), sqllock.Config{})
+	const n, lostAt = 600, 300
+	var rs []dlock.Renewal
+	for i := range n {
+		name := fmt.Sprintf("n%03d", i)
+		g, _, err := e.Acquire(ctx, dlock.Request{Name: name, Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttl := time.Hour
+		if i%2 == 1 {
+			ttl = 2 * time.Hour
+		}
+		rs = append(rs, dlock.Renewal{Hold: dlock.Hold{Name: name, Owner: "o", Token: g.Token}, TTL: ttl})
+	}
+	if err := e.Release(ctx, rs[lostAt].Hold); err != nil {
+		t.Fatal(err)
+	}
+	errs := e.RenewBatch(ctx, rs)
+	for i, err := range errs {
+		if (i == lostAt) != errors.Is(err, dlock.ErrLeaseLost) || i != lostAt && err != nil {
+			t.Errorf("renewal %d: %v", i, err)
+		}
+	}
+	infos, err := e.Inspect(ctx, "n")
+	if err != nil || len(infos) != n-1 {
+		t.Fatalf("Inspect: %d locks, %v; want %d", len(infos), err, n-1)
+	}
+	for _, in := range infos {
+		var i int
+		fmt.Sscanf(in.Name, "n%d", &i)
+		if want := rs[i].TTL; in.TTL < want-10*time.Minute || in.TTL > want {
+			t.Errorf("%s: TTL %v after a renewal to %v", in.Name, in.TTL, want)
+		}
+	}
+}
+
 func TestInspectPrefix(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t, filepath.Join(t.TempDir(), "locks.db"), sqllock.Config{})

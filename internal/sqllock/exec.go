@@ -122,14 +122,31 @@ func (e *Engine) retry(ctx context.Context, fn func(context.Context) error) erro
 	}
 }
 
-// write runs fn, which writes, under the process's write lock, retrying
-// busy errors until ctx is done; see retry.
+// write runs fn, which writes rows of many names (or none), retrying busy
+// errors until ctx is done (see retry); unless the dialect has
+// ConcurrentWrites, under the process's write lock.
 func (e *Engine) write(ctx context.Context, fn func(context.Context) error) error {
+	if e.d.ConcurrentWrites {
+		return e.retry(ctx, fn)
+	}
+	return e.writeName(ctx, "", fn)
+}
+
+// writeName is write for fn that writes the rows of one name: under the
+// process's write lock, or with ConcurrentWrites under the name's, so
+// that the writes of one name wait their turn here rather than each on
+// the name's row in the database, holding a connection (a herd of
+// waiters in one process would otherwise take a connection each).
+func (e *Engine) writeName(ctx context.Context, name string, fn func(context.Context) error) error {
 	return e.retry(ctx, func(dctx context.Context) error {
-		if err := e.local.lockWrite(ctx); err != nil {
+		key := name
+		if !e.d.ConcurrentWrites {
+			key = "" // one lock for all
+		}
+		if err := e.local.lockWrite(ctx, key); err != nil {
 			return err
 		}
-		defer e.local.unlockWrite()
+		defer e.local.unlockWrite(key)
 		return fn(dctx)
 	})
 }

@@ -2,7 +2,6 @@ package sqllock
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"time"
 
@@ -40,7 +39,7 @@ func (e *Engine) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) err
 		return err
 	}
 	var n int64
-	err := e.write(ctx, func(ctx context.Context) error {
+	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
 		res, err := e.pool.ExecContext(ctx, e.q.renew, ttlMillis(ttl), h.Name, h.Owner, int64(h.Token))
 		if err != nil {
 			return err
@@ -55,52 +54,6 @@ func (e *Engine) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) err
 		return e.lost(ctx, h)
 	}
 	return nil
-}
-
-// RenewBatch renews many holds in one transaction; see
-// [dlock.BatchRenewer].
-func (e *Engine) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
-	errs := make([]error, len(rs))
-	fail := func(err error) []error {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	if err := e.checkOpen(); err != nil {
-		return fail(err)
-	}
-	renewed := make([]bool, len(rs))
-	err := e.write(ctx, func(ctx context.Context) error {
-		return e.tx(ctx, func(c *sql.Conn) error {
-			stmt, err := c.PrepareContext(ctx, e.q.renew)
-			if err != nil {
-				return err
-			}
-			defer stmt.Close()
-			for i, r := range rs {
-				res, err := stmt.ExecContext(ctx, ttlMillis(r.TTL), r.Hold.Name, r.Hold.Owner, int64(r.Hold.Token))
-				if err != nil {
-					return err
-				}
-				n, err := res.RowsAffected()
-				if err != nil {
-					return err
-				}
-				renewed[i] = n > 0
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return fail(e.wrap(err))
-	}
-	for i, r := range rs {
-		if !renewed[i] {
-			errs[i] = e.lost(ctx, r.Hold)
-		}
-	}
-	return errs
 }
 
 // Release gives up one hold of h: one UPDATE that decrements the reentry
@@ -123,7 +76,7 @@ func (e *Engine) release(ctx context.Context, h dlock.Hold, tryDelete bool) erro
 		done  bool
 		holds int64
 	)
-	err := e.write(ctx, func(ctx context.Context) error {
+	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
 		args := []any{h.Name, h.Owner, int64(h.Token)}
 		if tryDelete {
 			// The last hold without waiters: the row goes at once.

@@ -24,16 +24,26 @@ import (
 //   - The last look at each name's state in the Feed's current generation:
 //     every waiter woken by one change needs a look taken after the
 //     change, and one look serves them all.
-//   - A write lock that serializes this process's writing statements, so
-//     that they queue in Go instead of in the database's busy handler.
+//   - Write locks that serialize this process's writing statements, so
+//     that they queue in Go instead of in the database: one for all names
+//     where the database has one writer (SQLite, whose busy handler
+//     would make them wait), one per name where it has ConcurrentWrites
+//     (where each would wait on the name's row holding a connection).
 //
 // Engines on different stores must not share a Local.
 type Local struct {
-	feed  Feed
-	write chan struct{} // a semaphore of one
+	feed Feed
 
-	mu    sync.Mutex
-	names map[string]*nameState
+	mu      sync.Mutex
+	names   map[string]*nameState
+	writers map[string]*writeLock // by name; "" is the lock for all names
+}
+
+// writeLock is a semaphore of one, with the number of its users (holding
+// or waiting), so that it is dropped when unused.
+type writeLock struct {
+	ch   chan struct{}
+	refs int
 }
 
 type nameState struct {
@@ -62,7 +72,7 @@ type slot struct {
 // NewLocal returns a Local for one store, with feed (nil: none). Close
 // closes the feed.
 func NewLocal(feed Feed) *Local {
-	return &Local{feed: feed, write: make(chan struct{}, 1), names: make(map[string]*nameState)}
+	return &Local{feed: feed, names: make(map[string]*nameState), writers: make(map[string]*writeLock)}
 }
 
 // Close closes the feed.
@@ -73,17 +83,42 @@ func (l *Local) Close() error {
 	return l.feed.Close()
 }
 
-// lockWrite takes the write lock, or gives up when ctx is done.
-func (l *Local) lockWrite(ctx context.Context) error {
+// lockWrite takes the write lock key, or gives up when ctx is done.
+func (l *Local) lockWrite(ctx context.Context, key string) error {
+	l.mu.Lock()
+	w := l.writers[key]
+	if w == nil {
+		w = &writeLock{ch: make(chan struct{}, 1)}
+		l.writers[key] = w
+	}
+	w.refs++
+	l.mu.Unlock()
 	select {
-	case l.write <- struct{}{}:
+	case w.ch <- struct{}{}:
 		return nil
 	case <-ctx.Done():
+		l.mu.Lock()
+		l.dropWriter(key, w)
+		l.mu.Unlock()
 		return ctx.Err()
 	}
 }
 
-func (l *Local) unlockWrite() { <-l.write }
+// unlockWrite releases the write lock key that lockWrite took.
+func (l *Local) unlockWrite(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.writers[key]
+	<-w.ch
+	l.dropWriter(key, w)
+}
+
+// dropWriter ends a use of w, the write lock key. l.mu is held.
+func (l *Local) dropWriter(key string, w *writeLock) {
+	if w.refs--; w.refs == 0 {
+		delete(l.writers, key)
+	}
+}
 
 // name returns the state of name, creating it. l.mu is held.
 func (l *Local) name(name string) *nameState {

@@ -1,6 +1,7 @@
 package sqllock
 
 import (
+	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ type Options struct {
 	Session       bool
 	NoMigrate     bool
 	Connect       *time.Duration // nil: the DSN's, else dlock.DefaultConnectTimeout
+	PoolMaxConns  int            // 0: DefaultPoolMaxConns; see [Options.SizePool]
 
 	errs []string
 }
@@ -96,9 +98,47 @@ func SetConnectTimeout(d time.Duration) func(*Options) {
 	}
 }
 
+// PoolMaxConnsParam is the URL parameter of [SetPoolMaxConns]; pgx's
+// pgxpool and libpq users know it by this name.
+const PoolMaxConnsParam = "pool_max_conns"
+
+// DefaultPoolMaxConns is the size of the connection pool that the
+// postgres and mysql backends' Open makes: enough for 32 goroutines of one
+// Client to run their statements at once without opening and closing a
+// connection per operation.
+const DefaultPoolMaxConns = 32
+
+// SetPoolMaxConns sets the size of the pool that Open makes (at least 1).
+func SetPoolMaxConns(n int) func(*Options) {
+	return func(o *Options) {
+		if n < 1 {
+			o.Fail("pool max conns (%s) %d is below 1", PoolMaxConnsParam, n)
+			return
+		}
+		o.PoolMaxConns = n
+	}
+}
+
+// SizePool sizes db, a pool that Open made, for o: PoolMaxConns (default
+// [DefaultPoolMaxConns]) connections kept open between statements; in
+// lease-table mode also at most that many open. Session mode does not cap
+// the open connections: each held lock and each waiter takes one out of
+// the pool for as long as it lasts, on top of those kept for statements.
+func (o Options) SizePool(db *sql.DB) {
+	n := o.PoolMaxConns
+	if n == 0 {
+		n = DefaultPoolMaxConns
+	}
+	db.SetMaxIdleConns(n)
+	if !o.Session {
+		db.SetMaxOpenConns(n)
+	}
+}
+
 // URLParams reads the URL parameters the SQL backends share: table,
-// waiter_timeout and connect_timeout, and with modes also mode=lease|session
-// and migrate=true|false. It returns their setters in that order.
+// waiter_timeout and connect_timeout, and with modes (the servers:
+// postgres, mysql) also mode=lease|session, migrate=true|false and
+// pool_max_conns=N. It returns their setters in that order.
 func URLParams(q *urlq.Query, modes bool) []func(*Options) {
 	var sets []func(*Options)
 	if v, ok := q.String("table"); ok {
@@ -119,7 +159,18 @@ func URLParams(q *urlq.Query, modes bool) []func(*Options) {
 	if no, ok := urlq.Parsed(q, "migrate", ParseMigrate); ok {
 		sets = append(sets, SetNoMigrate(no))
 	}
+	if n, ok := urlq.Parsed(q, PoolMaxConnsParam, parsePoolMaxConns); ok {
+		sets = append(sets, SetPoolMaxConns(n))
+	}
 	return sets
+}
+
+func parsePoolMaxConns(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("not a whole number of at least 1")
+	}
+	return n, nil
 }
 
 // ParseMode parses the mode parameter of a backend's URL: "lease" (or

@@ -60,7 +60,7 @@ func (s *Sessions) reenter(ctx context.Context, req dlock.Request) (dlock.Grant,
 		g  dlock.Grant
 		ok bool
 	)
-	err := s.e.write(ctx, func(ctx context.Context) error {
+	err := s.e.writeName(ctx, req.Name, func(ctx context.Context) error {
 		var err error
 		g, ok, err = s.e.attempt(ctx, &s.e.pool, req, NoSeq)
 		return err

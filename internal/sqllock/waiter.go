@@ -226,9 +226,19 @@ func (w *waiter) sleep(ctx context.Context, d time.Duration, local, remote <-cha
 
 // look reads the lock's state for this waiter. A plain waiter shares the
 // looks of the other waiters of this process taken in the feed generation
-// gen (that is, after the last change the feed reported).
+// gen (that is, after the last change the feed reported); they take turns
+// to look, so that a herd woken at once reads the state once, on one
+// connection, rather than each on its own.
 func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, error) {
 	if !w.fair {
+		if s, ok := w.e.local.cached(w.req.Name, gen); ok {
+			return s, nil
+		}
+		key := lookKey(w.req.Name)
+		if err := w.e.local.lockWrite(ctx, key); err != nil {
+			return lockState{}, err
+		}
+		defer w.e.local.unlockWrite(key)
 		if s, ok := w.e.local.cached(w.req.Name, gen); ok {
 			return s, nil
 		}
@@ -243,12 +253,17 @@ func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, erro
 	return s, err
 }
 
+// lookKey is the key of Local's lock that the plain waiters of name take
+// turns to look under; a name that is such a key itself only shares its
+// lock.
+func lookKey(name string) string { return "\x00look\x00" + name }
+
 // heartbeat refreshes the fair waiter's queue row. If the row died (the
 // process was paused past the waiter timeout and others swept it out),
 // the waiter queues again at the end.
 func (w *waiter) heartbeat(ctx context.Context) error {
 	sent := time.Now()
-	err := w.e.write(ctx, func(ctx context.Context) error {
+	err := w.e.writeName(ctx, w.req.Name, func(ctx context.Context) error {
 		return w.e.tx(ctx, func(c *sql.Conn) error {
 			return w.refresh(ctx, c)
 		})
@@ -309,7 +324,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		s  lockState
 	)
 	sent := time.Now()
-	err := w.e.write(ctx, func(ctx context.Context) error {
+	err := w.e.writeName(ctx, w.req.Name, func(ctx context.Context) error {
 		return w.e.tx(ctx, func(c *sql.Conn) error {
 			var err error
 			if g, ok, err = w.e.attempt(ctx, c, w.req, w.seq); err != nil {
@@ -351,7 +366,7 @@ func (w *waiter) Cancel(ctx context.Context) error {
 	if !w.fair {
 		return nil
 	}
-	err := w.e.write(ctx, func(ctx context.Context) error {
+	err := w.e.writeName(ctx, w.req.Name, func(ctx context.Context) error {
 		_, err := w.e.pool.ExecContext(ctx, w.e.q.dequeue, w.seq)
 		return err
 	})
