@@ -401,6 +401,9 @@ func (r *runner) onRead(worker, pid int) {
 		return
 	}
 	r.armed, r.busy = "", true
+	// Counted under r.mu, where the run disarms before it waits for
+	// faults in progress: no fault starts after that wait began.
+	r.applied.Add(1)
 	cmd := r.procs[worker]
 	pause := r.cfg.TTL*3/2 + time.Duration(r.rng.Int64N(int64(r.cfg.TTL)))
 	r.mu.Unlock()
@@ -408,6 +411,7 @@ func (r *runner) onRead(worker, pid int) {
 		r.mu.Lock()
 		r.busy = false
 		r.mu.Unlock()
+		r.applied.Done()
 		return
 	}
 	switch kind {
@@ -448,16 +452,17 @@ func (r *runner) onRead(worker, pid int) {
 			cmd.Process.Signal(syscall.SIGCONT)
 			r.record(Fault{Kind: FaultPause, Worker: worker, Start: t, End: Now()})
 		})
+	default: // not a scheduled kind
+		r.inProgress(func() {})
 	}
 }
 
 // inProgress runs the rest of a fault (a pause's SIGCONT, a server's
 // restart) in the background and clears r.busy when it is done. The run
-// waits for it before it stops: a run must not end with a server still
-// killed or a failover under way, or the next run on the same servers
-// starts against a store that is not there.
+// waits for it (r.applied, counted by onRead) before it stops: a run must
+// not end with a server still killed or a failover under way, or the next
+// run on the same servers starts against a store that is not there.
 func (r *runner) inProgress(f func()) {
-	r.applied.Add(1)
 	go func() {
 		defer r.applied.Done()
 		f()
