@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -123,15 +124,22 @@ func runBenchmarks(ctx context.Context, c config) ([]byte, error) {
 			// others still count. Only running out of time ends it.
 			fmt.Fprintf(os.Stderr, "benchdoc: %v\n", err)
 			if ctx.Err() != nil {
+				saveRaw(c, all)
 				return all, err
 			}
 		}
 	}
+	saveRaw(c, all)
+	return all, nil
+}
+
+// saveRaw keeps the output beside the document, also of a run that ran
+// out of time, so that -input can rebuild the document from it.
+func saveRaw(c config, out []byte) {
 	raw := filepath.Join(c.out, "bench", "raw.txt")
 	if err := os.MkdirAll(filepath.Dir(raw), 0o755); err == nil {
-		os.WriteFile(raw, all, 0o644)
+		os.WriteFile(raw, out, 0o644)
 	}
-	return all, nil
 }
 
 // goTest runs one go test -bench in the bench module (the current
@@ -147,6 +155,11 @@ func goTest(ctx context.Context, bench, benchtime string, runs int) ([]byte, err
 		"-count", fmt.Sprint(runs), "-timeout", left.Round(time.Second).String(), "."}
 	fmt.Fprintf(os.Stderr, "benchdoc: go %s\n", strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, "go", args...)
+	// Out of time, the whole process group goes: killing go alone left
+	// the test binary running, and its open stdout kept Run waiting.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	var buf strings.Builder
 	cmd.Stdout = teeWriter{&buf}
 	cmd.Stderr = os.Stderr
