@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/dlock-dev/dlock/internal/sqlident"
 )
 
 // ErrStale is matched (errors.Is) by the error of a write whose token is
@@ -104,14 +106,8 @@ func checkTable(name string) error {
 	if len(name) > 64 {
 		return fmt.Errorf("fence: table name %q is longer than 64 characters", name)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return fmt.Errorf("fence: table name %q: only ASCII letters, digits and '_' are allowed, not starting with a digit", name)
-		}
+	if !sqlident.Plain(name) {
+		return fmt.Errorf("fence: table name %q: only ASCII letters, digits and '_' are allowed, not starting with a digit", name)
 	}
 	return nil
 }

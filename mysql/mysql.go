@@ -20,21 +20,13 @@ import (
 )
 
 // Backend is a dlock backend on a MySQL or MariaDB lease table, safe for
-// concurrent use. It has the SQL shell's methods: those of the interfaces
-// below, plus String, Table, Session and Reclaim (MaxTTL: see the package
-// doc, "Maximum TTL").
+// concurrent use. It has the methods of the SQL backends' shell:
+// [dlock.Backend], [dlock.BatchRenewer], [dlock.Inspector],
+// [dlock.Migrator], [dlock.LossReporter] and [dlock.TTLLimiter] (see the
+// package doc, "Maximum TTL"), plus String, Table, Session and Reclaim.
 type Backend struct{ *shell }
 
 type shell = sqllock.Backend
-
-var (
-	_ dlock.Backend      = (*Backend)(nil)
-	_ dlock.BatchRenewer = (*Backend)(nil)
-	_ dlock.Inspector    = (*Backend)(nil)
-	_ dlock.Migrator     = (*Backend)(nil)
-	_ dlock.LossReporter = (*Backend)(nil)
-	_ dlock.TTLLimiter   = (*Backend)(nil)
-)
 
 // DefaultSessionWaitTimeout is the wait_timeout that Open sets in session
 // mode unless the DSN sets one: the server closes a connection idle for
@@ -42,10 +34,6 @@ var (
 // closing its connection. A holder's connection is busy with a renewal
 // every TTL/3, so TTLs up to twice this are accepted.
 const DefaultSessionWaitTimeout = 60 * time.Second
-
-// setupTimeout bounds New, which takes no context: checking the server
-// and creating the tables.
-const setupTimeout = 30 * time.Second
 
 // DefaultConnectTimeout is the connect timeout Open uses when the DSN sets
 // none (timeout=): [dlock.DefaultConnectTimeout].
@@ -105,12 +93,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	}
 	mc.ClientFoundRows = true
 	mc.InterpolateParams = true
-	switch {
-	case cfg.Connect != nil:
-		mc.Timeout = *cfg.Connect
-	case mc.Timeout == 0:
-		mc.Timeout = DefaultConnectTimeout
-	}
+	mc.Timeout = cfg.ConnectTimeout(mc.Timeout)
 	if mc.Logger == nil || isDefaultLogger(mc.Logger) {
 		mc.Logger = logger{}
 	}
@@ -146,20 +129,10 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 		idle = min(idle, time.Duration(w)*time.Second/4)
 	}
 	db.SetConnMaxIdleTime(idle)
-	pctx, cancel := connect.Bound(ctx, mc.Timeout)
-	if err := db.PingContext(pctx); err != nil {
-		err := myServer.Explain(pctx, mc.Addr+"/"+mc.DBName, probe, err)
-		db.Close()
-		cancel()
+	if err := sqllock.Ping(ctx, db, mc.Timeout, myServer, mc.Addr+"/"+mc.DBName, probe); err != nil {
 		return nil, err
 	}
-	cancel()
-	probe.Done()
-	b, err := start(ctx, db, desc, cfg, db.Close)
-	if err != nil {
-		db.Close()
-	}
-	return b, err
+	return start(ctx, db, desc, cfg, db.Close)
 }
 
 // New returns a Backend on db, a MySQL or MariaDB database the caller
@@ -169,7 +142,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 // round trip per statement inside transactions. Close does not close db.
 // Checking the server and creating the tables is bounded by 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), sqllock.SetupTimeout)
 	defer cancel()
 	if db == nil {
 		return nil, invalid("nil *sql.DB")
@@ -213,7 +186,8 @@ func checkFoundRows(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// start makes the Backend on db.
+// start makes the Backend on db. onClose, if set, releases what Open
+// made: at Close, or now if start fails.
 func start(ctx context.Context, db *sql.DB, desc string, cfg sqllock.Options, onClose func() error) (*Backend, error) {
 	sb, err := sqllock.Start(ctx, cfg, sqllock.Setup{
 		DB: db, Dialect: myDialect, Desc: desc, OnClose: onClose,

@@ -20,23 +20,13 @@ import (
 )
 
 // Backend is a dlock backend on a PostgreSQL lease table, safe for
-// concurrent use. It has the SQL shell's methods: those of the interfaces
-// below, plus String, Table, Session and Reclaim.
+// concurrent use. It has the methods of the SQL backends' shell:
+// [dlock.Backend], [dlock.BatchRenewer], [dlock.Inspector],
+// [dlock.Migrator], [dlock.LossReporter] and [dlock.TTLLimiter], plus
+// String, Table, Session and Reclaim.
 type Backend struct{ *shell }
 
 type shell = sqllock.Backend
-
-var (
-	_ dlock.Backend      = (*Backend)(nil)
-	_ dlock.BatchRenewer = (*Backend)(nil)
-	_ dlock.Inspector    = (*Backend)(nil)
-	_ dlock.Migrator     = (*Backend)(nil)
-	_ dlock.LossReporter = (*Backend)(nil)
-)
-
-// setupTimeout bounds New and NewPool, which take no context: checking
-// the server and creating the tables.
-const setupTimeout = 30 * time.Second
 
 // DefaultConnectTimeout is the connect timeout Open uses when the DSN
 // sets none (connect_timeout): [dlock.DefaultConnectTimeout].
@@ -78,28 +68,16 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	if err := poolParam(pc, &cfg); err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.Connect != nil:
-		pc.ConnectTimeout = *cfg.Connect
-	case pc.ConnectTimeout == 0:
-		pc.ConnectTimeout = DefaultConnectTimeout
-	}
+	pc.ConnectTimeout = cfg.ConnectTimeout(pc.ConnectTimeout)
 	desc := "postgres " + address(pc)
 	probe := new(connect.Probe)
 	pc.DialFunc = pgconn.DialFunc(probe.Dial(connect.DialFunc(pc.DialFunc)))
 	db := stdlib.OpenDB(*pc, stdlib.OptionShouldPing(shouldPing))
 	cfg.SizePool(db)
 	db.SetConnMaxIdleTime(time.Minute)
-	pctx, cancel := connect.Bound(ctx, pc.ConnectTimeout)
-	err = db.PingContext(pctx)
-	if err != nil {
-		err := pgServer.Explain(pctx, address(pc), probe, err)
-		db.Close()
-		cancel()
+	if err := sqllock.Ping(ctx, db, pc.ConnectTimeout, pgServer, address(pc), probe); err != nil {
 		return nil, err
 	}
-	cancel()
-	probe.Done()
 	listen := func(ctx context.Context) (*pgx.Conn, func(), error) {
 		c, err := pgx.ConnectConfig(ctx, pc.Copy())
 		if err != nil {
@@ -107,11 +85,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 		}
 		return c, func() { closeConn(c) }, nil
 	}
-	b, err := start(ctx, db, desc, cfg, listen, db.Close)
-	if err != nil {
-		db.Close()
-	}
-	return b, err
+	return start(ctx, db, desc, cfg, listen, db.Close)
 }
 
 // poolParam takes pool_max_conns out of a DSN in keyword form (pgx would
@@ -141,7 +115,7 @@ func poolParam(pc *pgx.ConnConfig, cfg *sqllock.Options) error {
 // notified and look again at a backing-off interval (5 to 100 ms) instead.
 // Checking the server and creating the tables is bounded by 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), sqllock.SetupTimeout)
 	defer cancel()
 	if db == nil {
 		return nil, invalid("nil *sql.DB")
@@ -167,7 +141,7 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 // closed when the waiters are gone). Checking the server and creating the
 // tables is bounded by 30 s.
 func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), sqllock.SetupTimeout)
 	defer cancel()
 	if pool == nil {
 		return nil, invalid("nil *pgxpool.Pool")
@@ -190,11 +164,7 @@ func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 		pc := c.Hijack()
 		return pc, func() { closeConn(pc) }, nil
 	}
-	b, err := start(ctx, db, desc, cfg, listen, db.Close)
-	if err != nil {
-		db.Close()
-	}
-	return b, err
+	return start(ctx, db, desc, cfg, listen, db.Close)
 }
 
 // shouldPing decides whether database/sql's pool pings a connection before
@@ -240,7 +210,8 @@ func rawConn(ctx context.Context, db *sql.DB) (*pgx.Conn, func(), error) {
 }
 
 // start makes the Backend on db; listen, if set, gives the connection
-// to LISTEN on.
+// to LISTEN on. onClose, if set, releases what Open made: at Close, or
+// now if start fails.
 func start(ctx context.Context, db *sql.DB, desc string, cfg sqllock.Options,
 	listen func(context.Context) (*pgx.Conn, func(), error), onClose func() error) (*Backend, error) {
 	var feed sqllock.Feed

@@ -31,23 +31,12 @@ type Backend struct{ *shell }
 
 type shell = sqllock.Backend
 
-var (
-	_ dlock.Backend      = (*Backend)(nil)
-	_ dlock.BatchRenewer = (*Backend)(nil)
-	_ dlock.Inspector    = (*Backend)(nil)
-	_ dlock.Migrator     = (*Backend)(nil)
-)
-
 // The in-process poll of PRAGMA data_version: soon after a change, backing
 // off while nothing changes. See the package doc.
 const (
 	pollMin = 5 * time.Millisecond
 	pollMax = 25 * time.Millisecond
 )
-
-// setupTimeout bounds New, which takes no context: checking the database
-// and creating the tables.
-const setupTimeout = 30 * time.Second
 
 // minVersion is the oldest SQLite with everything the engine uses
 // (RETURNING: 3.35.0).
@@ -111,11 +100,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 	}
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(time.Minute)
-	timeout := dlock.DefaultConnectTimeout
-	if cfg.Connect != nil {
-		timeout = *cfg.Connect
-	}
-	wctx, cancel := connect.Bound(ctx, timeout)
+	wctx, cancel := connect.Bound(ctx, cfg.ConnectTimeout(0))
 	err = setWAL(wctx, db)
 	if err != nil && wctx.Err() != nil {
 		err = fmt.Errorf("%w (%w)", err, context.Cause(wctx))
@@ -129,11 +114,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 		fdb, _ := sql.Open("sqlite", dsn) // sql.Open of a registered driver does not fail
 		return fdb
 	}
-	b, err := newBackend(ctx, db, key, "sqlite "+abs, cfg, feedDB, db.Close)
-	if err != nil {
-		db.Close()
-	}
-	return b, err
+	return newBackend(ctx, db, key, "sqlite "+abs, cfg, feedDB, db.Close)
 }
 
 // setWAL switches the database to WAL mode (a setting kept in the file),
@@ -166,7 +147,7 @@ func setWAL(ctx context.Context, db *sql.DB) error {
 // waiters. Checking the database and creating the tables is bounded by
 // 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), sqllock.SetupTimeout)
 	defer cancel()
 	if db == nil {
 		return nil, invalid("nil *sql.DB")
@@ -229,8 +210,7 @@ func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, f
 		},
 	})
 	if err != nil {
-		release()
-		return nil, err
+		return nil, err // Start called OnClose
 	}
 	return &Backend{sb}, nil
 }

@@ -44,8 +44,9 @@ type Setup struct {
 
 // Start makes the engine of s with the options o (creating or checking the
 // tables, bounded by ctx), and session mode over it if o.Session. Its
-// errors name s.Desc (see [OpenError]); on error nothing of the caller's
-// is closed but s.Feed.
+// errors name s.Desc (see [OpenError]). On error it closes s.Feed and
+// calls s.OnClose: what a Backend would have released on Close is released
+// when none is made.
 func Start(ctx context.Context, o Options, s Setup) (*Backend, error) {
 	e, err := New(ctx, s.DB, s.Dialect, Config{
 		Table:         o.Table,
@@ -59,6 +60,9 @@ func Start(ctx context.Context, o Options, s Setup) (*Backend, error) {
 	if err != nil {
 		if s.Feed != nil {
 			s.Feed.Close()
+		}
+		if s.OnClose != nil {
+			s.OnClose()
 		}
 		return nil, OpenError(s.Desc, s.Dialect, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/sqlident"
 )
 
 // DefaultTable is the lease table's name when none is configured.
@@ -23,14 +24,8 @@ func CheckTable(name string) error {
 	if name == "" || len(name) > MaxTableLen {
 		return errorf(dlock.ErrInvalidOption, "table name %q must be 1-%d characters", name, MaxTableLen)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return errorf(dlock.ErrInvalidOption, "table name %q: only ASCII letters, digits and '_' are allowed, not starting with a digit", name)
-		}
+	if !sqlident.Plain(name) {
+		return errorf(dlock.ErrInvalidOption, "table name %q: only ASCII letters, digits and '_' are allowed, not starting with a digit", name)
 	}
 	return nil
 }
@@ -41,17 +36,26 @@ func CheckTable(name string) error {
 // Config.NoMigrate, so that a missing table is reported when the backend
 // is opened rather than by its first acquisition.
 func Check(ctx context.Context, db *sql.DB, d Dialect, table string) error {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := CheckTable(table); err != nil {
+	e, table, err := schemaEngine(db, d, table)
+	if err != nil {
 		return err
 	}
-	e := &Engine{db: db, d: d, local: NewLocal(nil)}
 	if err := e.check(ctx, table); err != nil {
 		return fmt.Errorf("the tables %s, %s and %s are missing or not dlock's (%w); create them with `dlock migrate` or Migrate, or open without NoMigrate", table, WaitersTable(table), FenceTable(table), err)
 	}
 	return nil
+}
+
+// schemaEngine returns the engine that Check and Migrate run their
+// statements through, and the checked table name (DefaultTable if empty).
+func schemaEngine(db *sql.DB, d Dialect, table string) (*Engine, string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := CheckTable(table); err != nil {
+		return nil, "", err
+	}
+	return &Engine{db: db, d: d, local: NewLocal(nil)}, table, nil
 }
 
 // check selects no row, but every column dlock uses, from the three
@@ -122,13 +126,10 @@ SELECT k.b, m.m FROM (` + b.String() + `) k,
 // that the others wait for, each statement idempotent. Busy errors are
 // retried until ctx is done.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := CheckTable(table); err != nil {
+	e, table, err := schemaEngine(db, d, table)
+	if err != nil {
 		return err
 	}
-	e := &Engine{db: db, d: d, local: NewLocal(nil)}
 	run := func(stmts []string) error {
 		return e.write(ctx, func(ctx context.Context) error {
 			return e.tx(ctx, func(c *sql.Conn) error {
