@@ -104,9 +104,6 @@ type benchResult struct {
 func runBench(ctx context.Context, e *env, opts any, args []string) int {
 	f := opts.(*benchFlags)
 	c := lookup("bench")
-	if len(args) > 0 {
-		return usageError(e, c, "unexpected arguments %q", args)
-	}
 	workloads := strings.Split(f.workloads, ",")
 	for i := range workloads {
 		workloads[i] = strings.TrimSpace(workloads[i])

@@ -73,6 +73,7 @@ type command struct {
 	flags    func(*flag.FlagSet) any
 	order    []string // the flags in the order of the help text: "name ARG", or "name" for a bool
 	run      func(ctx context.Context, e *env, opts any, args []string) int
+	args     bool // run takes arguments after the flags; without, any is a usage error
 }
 
 var commands []*command // filled by the init functions of run.go, status.go and migrate.go
@@ -130,6 +131,9 @@ func dlockMain(args []string, e *env) int {
 			return exitOK
 		}
 		return usageError(e, c, "%v", err)
+	}
+	if !c.args && fs.NArg() > 0 {
+		return usageError(e, c, "unexpected arguments %q", fs.Args())
 	}
 	return c.run(context.Background(), e, opts, fs.Args())
 }

@@ -61,9 +61,6 @@ func migrateFlagSet(fs *flag.FlagSet) any {
 
 func runMigrate(ctx context.Context, e *env, opts any, args []string) int {
 	f := opts.(*migrateFlags)
-	if len(args) > 0 {
-		return usageError(e, lookup("migrate"), "unexpected arguments %q", args)
-	}
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
 	raw, err := backendURL(f.url, e.getenv)

@@ -39,6 +39,7 @@ func init() {
 		flags:    runFlagSet,
 		order:    []string{"url URL", "connect-timeout D", "name NAME", "ttl D", "wait D", "owner ID", "fair", "grace D", "verbose"},
 		run:      runRun,
+		args:     true,
 	})
 }
 

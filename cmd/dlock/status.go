@@ -74,9 +74,6 @@ func statusFlagSet(fs *flag.FlagSet) any {
 
 func runStatus(ctx context.Context, e *env, opts any, args []string) int {
 	f := opts.(*statusFlags)
-	if len(args) > 0 {
-		return usageError(e, lookup("status"), "unexpected arguments %q", args)
-	}
 	client, _, code := f.open(ctx, e)
 	if client == nil {
 		return code

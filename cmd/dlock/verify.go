@@ -152,9 +152,6 @@ func verifyFlagSet(fs *flag.FlagSet) any {
 func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 	o := opts.(*verifyOpts)
 	c := lookup("verify")
-	if len(args) > 0 {
-		return usageError(e, c, "unexpected arguments %q", strings.Join(args, " "))
-	}
 	if o.matrix {
 		return runMatrix(ctx, e, o)
 	}

@@ -27,11 +27,7 @@ type CountFunc func(ctx context.Context, prefix string) (int, error)
 func Bounded(t *testing.T, open func(t testing.TB) dlock.Backend, count CountFunc, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	b := open(t)
-	c, err := dlock.New(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := client(t, open(t))
 	defer c.Close()
 	parallel(t, n, func(i int) error {
 		l, err := c.Mutex(fmt.Sprintf("bounded/released/%d", i)).TryLock(ctx)
@@ -157,10 +153,7 @@ func churn(t *testing.T, backends []dlock.Backend, reclaim func(context.Context)
 	}()
 	const rounds = 30
 	for bi, b := range backends {
-		c, err := dlock.New(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := client(t, b)
 		defer c.Close()
 		for g := range 4 {
 			wg.Add(1)

@@ -114,10 +114,7 @@ func Worker(t *testing.T, tg Target) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := dlock.New(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := client(t, b)
 	defer c.Close()
 	db := tg.DB(t, dsn)
 	update := `UPDATE counter SET n = ?`
@@ -150,4 +147,15 @@ func Worker(t *testing.T, tg Target) {
 	}
 	wg.Wait()
 	fmt.Println("child: done")
+}
+
+// client returns a Client on b, failing the test if it cannot be made;
+// the caller closes it.
+func client(t testing.TB, b dlock.Backend) *dlock.Client {
+	t.Helper()
+	c, err := dlock.New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

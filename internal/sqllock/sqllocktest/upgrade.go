@@ -55,10 +55,7 @@ func Upgrade(t *testing.T, db *sql.DB, dialect, table string, open func(noMigrat
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := dlock.New(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := client(t, b)
 	defer c.Close()
 	// A name without a row starts above every token of the old table:
 	// the marks start at its largest token (so that a row an operator
