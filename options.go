@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dlock-dev/dlock/internal/opt"
 )
 
 // Defaults and limits of the options.
@@ -60,7 +62,7 @@ type config struct {
 	// which client-only or mutex-only options were set, for validation.
 	clientOnly []string
 	mutexOnly  []string
-	errs       []string
+	errs       opt.Problems
 }
 
 // TTL sets the lease time to live: how long the backend keeps the lock
@@ -71,11 +73,9 @@ type config struct {
 // round it up (etcd to whole seconds).
 func TTL(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d < MinTTL {
-			c.errs = append(c.errs, fmt.Sprintf("TTL %v is below the minimum %v", d, MinTTL))
-			return
+		if c.errs.Check(d >= MinTTL, "TTL %v is below the minimum %v", d, MinTTL) {
+			c.ttl = d
 		}
-		c.ttl = d
 	})
 }
 
@@ -90,11 +90,9 @@ func TTL(d time.Duration) Option {
 // reaches the backend.
 func Owner(id string) Option {
 	return mutexOption("Owner", func(c *config) {
-		if msg := validName(id, MaxNameLen); msg != "" {
-			c.errs = append(c.errs, fmt.Sprintf("owner %s %s", quoteCut(id), msg))
-			return
+		if msg := validName(id, MaxNameLen); c.errs.Check(msg == "", "owner %s %s", quoteCut(id), msg) {
+			c.owner = id
 		}
-		c.owner = id
 	})
 }
 
@@ -112,11 +110,9 @@ func Fair() Option {
 // default, means no bound. A MaxHold below the TTL is [ErrInvalidOption].
 func MaxHold(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("MaxHold %v is negative", d))
-			return
+		if c.errs.Check(d >= 0, "MaxHold %v is negative", d) {
+			c.maxHold = d
 		}
-		c.maxHold = d
 	})
 }
 
@@ -125,11 +121,9 @@ func MaxHold(d time.Duration) Option {
 // jump time. It is a Client option.
 func WithClock(clk Clock) Option {
 	return clientOption("WithClock", func(c *config) {
-		if clk == nil {
-			c.errs = append(c.errs, "WithClock(nil)")
-			return
+		if c.errs.Check(clk != nil, "WithClock(nil)") {
+			c.clock = clk
 		}
-		c.clock = clk
 	})
 }
 
@@ -137,11 +131,9 @@ func WithClock(clk Clock) Option {
 // slog.Default()). It is a Client option.
 func WithLogger(l *slog.Logger) Option {
 	return clientOption("WithLogger", func(c *config) {
-		if l == nil {
-			c.errs = append(c.errs, "WithLogger(nil)")
-			return
+		if c.errs.Check(l != nil, "WithLogger(nil)") {
+			c.logger = l
 		}
-		c.logger = l
 	})
 }
 
@@ -154,15 +146,11 @@ func WithLogger(l *slog.Logger) Option {
 // 0x1F, which marks namespaced keys on the backend.
 func Namespace(prefix string) Option {
 	return clientOption("Namespace", func(c *config) {
-		if err := validName(prefix, MaxNamespaceLen); err != "" {
-			c.errs = append(c.errs, "namespace "+err)
-			return
+		msg := validName(prefix, MaxNamespaceLen)
+		if c.errs.Check(msg == "", "namespace %s", msg) &&
+			c.errs.Check(strings.IndexByte(prefix, nsMark) < 0, "namespace contains the byte 0x1F") {
+			c.namespace = prefix
 		}
-		if strings.IndexByte(prefix, nsMark) >= 0 {
-			c.errs = append(c.errs, "namespace contains the byte 0x1F")
-			return
-		}
-		c.namespace = prefix
 	})
 }
 
@@ -173,11 +161,9 @@ func Namespace(prefix string) Option {
 // It is a Client option.
 func Drift(f float64) Option {
 	return clientOption("Drift", func(c *config) {
-		if !(f >= 0 && f < 0.5) {
-			c.errs = append(c.errs, fmt.Sprintf("drift %v is outside [0, 0.5)", f))
-			return
+		if c.errs.Check(f >= 0 && f < 0.5, "drift %v is outside [0, 0.5)", f) {
+			c.drift = f
 		}
-		c.drift = f
 	})
 }
 

@@ -2,12 +2,11 @@ package etcd
 
 import (
 	"crypto/tls"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/internal/errkind"
+	"github.com/dlock-dev/dlock/internal/opt"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
@@ -30,18 +29,13 @@ type config struct {
 	logger         *zap.Logger
 	dialOptions    []grpc.DialOption
 	dialing        []string // the options given that only Open can use
-	errs           []string
+	errs           opt.Problems
 }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{prefix: DefaultPrefix, connectTimeout: DefaultDialTimeout}
-	for _, o := range opts {
-		o.apply(&c)
-	}
-	if len(c.errs) > 0 {
-		return c, errkind.Errorf(dlock.ErrInvalidOption, "etcd: %s", strings.Join(c.errs, "; "))
-	}
-	return c, nil
+	opt.Apply(&c, opts, Option.apply)
+	return c, c.errs.Err(dlock.ErrInvalidOption, "etcd")
 }
 
 // dial returns an option that only Open can use, named name.
@@ -70,11 +64,9 @@ func Prefix(p string) Option {
 // bounds it). Open only.
 func ConnectTimeout(d time.Duration) Option {
 	return dial("ConnectTimeout", func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
-			return
+		if c.errs.Check(d >= 0, "connect timeout %v is negative", d) {
+			c.connectTimeout = d
 		}
-		c.connectTimeout = d
 	})
 }
 
@@ -82,11 +74,9 @@ func ConnectTimeout(d time.Duration) Option {
 // role-based access control). Open only.
 func Auth(user, password string) Option {
 	return dial("Auth", func(c *config) {
-		if user == "" {
-			c.errs = append(c.errs, "Auth with an empty user name")
-			return
+		if c.errs.Check(user != "", "Auth with an empty user name") {
+			c.username, c.password = user, password
 		}
-		c.username, c.password = user, password
 	})
 }
 
@@ -94,22 +84,18 @@ func Auth(user, password string) Option {
 // endpoints are then https). Open only.
 func TLS(cfg *tls.Config) Option {
 	return dial("TLS", func(c *config) {
-		if cfg == nil {
-			c.errs = append(c.errs, "nil TLS config")
-			return
+		if c.errs.Check(cfg != nil, "nil TLS config") {
+			c.tls = cfg
 		}
-		c.tls = cfg
 	})
 }
 
 // Logger sets the logger of Open's client (default: none). Open only.
 func Logger(l *zap.Logger) Option {
 	return dial("Logger", func(c *config) {
-		if l == nil {
-			c.errs = append(c.errs, "nil logger")
-			return
+		if c.errs.Check(l != nil, "nil logger") {
+			c.logger = l
 		}
-		c.logger = l
 	})
 }
 

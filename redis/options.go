@@ -2,12 +2,11 @@ package redis
 
 import (
 	"crypto/tls"
-	"fmt"
 	"net/url"
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/internal/redisconn"
+	"github.com/dlock-dev/dlock/internal/opt"
 )
 
 // Defaults of the options.
@@ -36,7 +35,7 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	desc           string
-	errs           []string
+	errs           opt.Problems
 	dial           dialConfig
 }
 
@@ -44,7 +43,7 @@ type config struct {
 func newConfig(opts []Option) config {
 	c := config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout,
 		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
-	redisconn.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts, Option.apply)
 	return c
 }
 
@@ -55,11 +54,9 @@ func newConfig(opts []Option) config {
 // characters (* ? [ ] \) or control bytes.
 func KeyPrefix(p string) Option {
 	return optionFunc(func(c *config) {
-		if why := validPrefix(p); why != "" {
-			c.errs = append(c.errs, fmt.Sprintf("key prefix %q %s", p, why))
-			return
+		if why := validPrefix(p); c.errs.Check(why == "", "key prefix %q %s", p, why) {
+			c.prefix = p
 		}
-		c.prefix = p
 	})
 }
 
@@ -73,11 +70,9 @@ func KeyPrefix(p string) Option {
 // [MinWaiterTimeout] are an error.
 func WaiterTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d < MinWaiterTimeout {
-			c.errs = append(c.errs, fmt.Sprintf("waiter timeout %v is below the minimum %v", d, MinWaiterTimeout))
-			return
+		if c.errs.Check(d >= MinWaiterTimeout, "waiter timeout %v is below the minimum %v", d, MinWaiterTimeout) {
+			c.waiterTimeout = d
 		}
-		c.waiterTimeout = d
 	})
 }
 
@@ -102,11 +97,9 @@ func WaiterTimeout(d time.Duration) Option {
 // client's ReadTimeout.
 func WaitReplicas(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if n < 1 || timeout <= 0 {
-			c.errs = append(c.errs, fmt.Sprintf("WaitReplicas(%d, %v): need at least 1 replica and a positive timeout", n, timeout))
-			return
+		if c.errs.Check(n >= 1 && timeout > 0, "WaitReplicas(%d, %v): need at least 1 replica and a positive timeout", n, timeout) {
+			c.replicas, c.replicaTimeout = n, timeout
 		}
-		c.replicas, c.replicaTimeout = n, timeout
 	})
 }
 
@@ -150,11 +143,9 @@ func Credentials(user, password string) Option {
 // only database 0.
 func DB(n int) Option {
 	return dialOption("DB", func(c *config) {
-		if n < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("database number %d is negative", n))
-			return
+		if c.errs.Check(n >= 0, "database number %d is negative", n) {
+			c.dial.db = n
 		}
-		c.dial.db = n
 	})
 }
 
@@ -162,11 +153,9 @@ func DB(n int) Option {
 // Sentinels that its addr lists (default port 26379).
 func Sentinel(master string) Option {
 	return dialOption("Sentinel", func(c *config) {
-		if master == "" {
-			c.errs = append(c.errs, "empty Sentinel master name")
-			return
+		if c.errs.Check(master != "", "empty Sentinel master name") {
+			c.dial.sentinel = master
 		}
-		c.dial.sentinel = master
 	})
 }
 
@@ -193,11 +182,9 @@ func TLS(cfg *tls.Config) Option {
 // Open, which bounds it too).
 func ConnectTimeout(d time.Duration) Option {
 	return dialOption("ConnectTimeout", func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
-			return
+		if c.errs.Check(d >= 0, "connect timeout %v is negative", d) {
+			c.dial.connectTimeout = d
 		}
-		c.dial.connectTimeout = d
 	})
 }
 

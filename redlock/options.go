@@ -2,11 +2,11 @@ package redlock
 
 import (
 	"crypto/tls"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/opt"
 	"github.com/dlock-dev/dlock/internal/redisconn"
 )
 
@@ -23,7 +23,7 @@ type config struct {
 	prefix      string
 	nodeTimeout time.Duration
 	drift       float64
-	errs        []string
+	errs        opt.Problems
 	dial        dialConfig
 }
 
@@ -55,11 +55,9 @@ func Credentials(user, password string) Option {
 func DB(n int) Option {
 	return optionFunc(func(c *config) {
 		c.dial.set = append(c.dial.set, "DB")
-		if n < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("database number %d is negative", n))
-			return
+		if c.errs.Check(n >= 0, "database number %d is negative", n) {
+			c.dial.db = n
 		}
-		c.dial.db = n
 	})
 }
 
@@ -76,11 +74,9 @@ func TLS(cfg *tls.Config) Option {
 func ConnectTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.dial.set = append(c.dial.set, "ConnectTimeout")
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
-			return
+		if c.errs.Check(d >= 0, "connect timeout %v is negative", d) {
+			c.dial.connectTimeout = d
 		}
-		c.dial.connectTimeout = d
 	})
 }
 
@@ -95,7 +91,7 @@ const (
 func newConfig(opts []Option) config {
 	c := config{prefix: DefaultKeyPrefix, nodeTimeout: DefaultNodeTimeout, drift: DefaultDriftFactor,
 		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
-	redisconn.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts, Option.apply)
 	return c
 }
 
@@ -103,11 +99,10 @@ func newConfig(opts []Option) config {
 // A lock NAME is the hash PREFIX:{NAME} on every master.
 func KeyPrefix(p string) Option {
 	return optionFunc(func(c *config) {
-		if p == "" || len(p) > 64 || strings.ContainsAny(p, "{}*?[]\\") {
-			c.errs = append(c.errs, fmt.Sprintf("key prefix %q must be 1-64 bytes without braces or glob characters", p))
-			return
+		ok := p != "" && len(p) <= 64 && !strings.ContainsAny(p, "{}*?[]\\")
+		if c.errs.Check(ok, "key prefix %q must be 1-64 bytes without braces or glob characters", p) {
+			c.prefix = p
 		}
-		c.prefix = p
 	})
 }
 
@@ -121,11 +116,9 @@ func KeyPrefix(p string) Option {
 // the whole timeout, and an acquisition returns at quorum without it.
 func NodeTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.errs = append(c.errs, fmt.Sprintf("node timeout %v is not positive", d))
-			return
+		if c.errs.Check(d > 0, "node timeout %v is not positive", d) {
+			c.nodeTimeout = d
 		}
-		c.nodeTimeout = d
 	})
 }
 
@@ -134,11 +127,9 @@ func NodeTimeout(d time.Duration) Option {
 // validity of a grant is TTL − elapsed − (TTL×factor + 2ms).
 func DriftFactor(f float64) Option {
 	return optionFunc(func(c *config) {
-		if f < 0 || f >= 0.5 {
-			c.errs = append(c.errs, fmt.Sprintf("drift factor %v is not in [0, 0.5)", f))
-			return
+		if c.errs.Check(f >= 0 && f < 0.5, "drift factor %v is not in [0, 0.5)", f) {
+			c.drift = f
 		}
-		c.drift = f
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/opt"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 )
 
@@ -55,11 +56,9 @@ func Table(name string) Option { return shared(sqllock.SetTable(name)) }
 func BusyTimeout(d time.Duration) Option {
 	return option(func(c *config) {
 		c.openOnly = append(c.openOnly, "BusyTimeout")
-		if d < time.Millisecond {
-			c.Fail("busy timeout %v is below 1ms", d)
-			return
+		if c.Check(d >= time.Millisecond, "busy timeout %v is below 1ms", d) {
+			c.busyTimeout = d
 		}
-		c.busyTimeout = d
 	})
 }
 
@@ -88,11 +87,9 @@ func WaiterTimeout(d time.Duration) Option { return shared(sqllock.SetWaiterTime
 func Synchronous(mode string) Option {
 	return option(func(c *config) {
 		c.openOnly = append(c.openOnly, "Synchronous")
-		switch m := strings.ToUpper(mode); m {
-		case "FULL", "EXTRA", "NORMAL":
+		m := strings.ToUpper(mode)
+		if c.Check(m == "FULL" || m == "EXTRA" || m == "NORMAL", "synchronous mode %q is not FULL, EXTRA or NORMAL", mode) {
 			c.synchronous = m
-		default:
-			c.Fail("synchronous mode %q is not FULL, EXTRA or NORMAL", mode)
 		}
 	})
 }
@@ -107,13 +104,7 @@ func privateLocal() Option {
 // resolve applies opts; open says whether they configure Open.
 func resolve(open bool, opts []Option) (config, error) {
 	cfg := config{Options: sqllock.DefaultOptions(), busyTimeout: DefaultBusyTimeout, synchronous: "FULL"}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&cfg)
-		}
-	}
-	if !open && len(cfg.openOnly) > 0 {
-		cfg.Fail("%s applies to Open only", strings.Join(cfg.openOnly, ", "))
-	}
+	opt.Apply(&cfg, opts, Option.apply)
+	cfg.Check(open || len(cfg.openOnly) == 0, "%s applies to Open only", strings.Join(cfg.openOnly, ", "))
 	return cfg, cfg.Err("sqlite")
 }

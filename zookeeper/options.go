@@ -9,7 +9,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
-	"github.com/dlock-dev/dlock/internal/errkind"
+	"github.com/dlock-dev/dlock/internal/opt"
 	"github.com/dlock-dev/dlock/internal/urlq"
 	"github.com/go-zookeeper/zk"
 )
@@ -72,7 +72,7 @@ type config struct {
 	acl            []zk.ACL
 	logger         *slog.Logger
 	connectTimeout time.Duration
-	errs           []string
+	errs           opt.Problems
 }
 
 // newConfig returns the configuration opts make, or an error matching
@@ -85,13 +85,8 @@ func newConfig(opts []Option) (config, error) {
 		logger:         slog.Default(),
 		connectTimeout: dlock.DefaultConnectTimeout,
 	}
-	for _, o := range opts {
-		o.apply(&c)
-	}
-	if len(c.errs) > 0 {
-		return c, errkind.Errorf(dlock.ErrInvalidOption, "zookeeper: %s", strings.Join(c.errs, "; "))
-	}
-	return c, nil
+	opt.Apply(&c, opts, Option.apply)
+	return c, c.errs.Err(dlock.ErrInvalidOption, "zookeeper")
 }
 
 // Root sets the node under which the backend keeps its locks (default
@@ -105,13 +100,12 @@ func Root(path string) Option {
 			return
 		}
 		p := strings.TrimSuffix(path, "/")
-		if !strings.HasPrefix(p, "/") || strings.Contains(p, "//") || strings.ContainsRune(p, 0) {
-			c.errs = append(c.errs, fmt.Sprintf("root %q is not an absolute ZooKeeper path", path))
+		abs := strings.HasPrefix(p, "/") && !strings.Contains(p, "//") && !strings.ContainsRune(p, 0)
+		if !c.errs.Check(abs, "root %q is not an absolute ZooKeeper path", path) {
 			return
 		}
 		for _, part := range strings.Split(p[1:], "/") {
-			if part == "." || part == ".." {
-				c.errs = append(c.errs, fmt.Sprintf("root %q contains %q", path, part))
+			if !c.errs.Check(part != "." && part != "..", "root %q contains %q", path, part) {
 				return
 			}
 		}
@@ -136,11 +130,9 @@ func Root(path string) Option {
 // cannot be seen: give the value the servers grant with this option.
 func SessionTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.errs = append(c.errs, fmt.Sprintf("session timeout %v is not positive", d))
-			return
+		if c.errs.Check(d > 0, "session timeout %v is not positive", d) {
+			c.sessionTimeout = d
 		}
-		c.sessionTimeout = d
 	})
 }
 
@@ -148,11 +140,9 @@ func SessionTimeout(d time.Duration) Option {
 // [dlock.DefaultConnectTimeout]; 0: only ctx bounds it).
 func ConnectTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Sprintf("connect timeout %v is negative", d))
-			return
+		if c.errs.Check(d >= 0, "connect timeout %v is negative", d) {
+			c.connectTimeout = d
 		}
-		c.connectTimeout = d
 	})
 }
 
@@ -160,11 +150,9 @@ func ConnectTimeout(d time.Duration) Option {
 // [LossOnSessionEnd]).
 func Loss(p LossPolicy) Option {
 	return optionFunc(func(c *config) {
-		if p != LossOnSessionEnd && p != LossOnDisconnect {
-			c.errs = append(c.errs, fmt.Sprintf("unknown loss policy %d", int(p)))
-			return
+		if c.errs.Check(p == LossOnSessionEnd || p == LossOnDisconnect, "unknown loss policy %d", int(p)) {
+			c.loss = p
 		}
-		c.loss = p
 	})
 }
 
@@ -172,11 +160,9 @@ func Loss(p LossPolicy) Option {
 // permissions).
 func ACL(acl []zk.ACL) Option {
 	return optionFunc(func(c *config) {
-		if len(acl) == 0 {
-			c.errs = append(c.errs, "empty ACL")
-			return
+		if c.errs.Check(len(acl) > 0, "empty ACL") {
+			c.acl = acl
 		}
-		c.acl = acl
 	})
 }
 
@@ -184,11 +170,9 @@ func ACL(acl []zk.ACL) Option {
 // at debug level (default: slog.Default()).
 func Logger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) {
-		if l == nil {
-			c.errs = append(c.errs, "nil logger")
-			return
+		if c.errs.Check(l != nil, "nil logger") {
+			c.logger = l
 		}
-		c.logger = l
 	})
 }
 

@@ -31,13 +31,3 @@ func Escape(s string, esc func(byte) bool) string {
 	}
 	return b.String()
 }
-
-// Apply applies opts, skipping nil ones, to c: the option loop of the
-// redis and redlock configs. apply is the package's Option.apply.
-func Apply[O, C any](c *C, opts []O, apply func(O, *C)) {
-	for _, o := range opts {
-		if any(o) != nil { // O is an interface: a nil one has no apply
-			apply(o, c)
-		}
-	}
-}

@@ -4,11 +4,11 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/opt"
 	"github.com/dlock-dev/dlock/internal/urlq"
 )
 
@@ -24,24 +24,22 @@ type Options struct {
 	Connect       *time.Duration // nil: the DSN's, else dlock.DefaultConnectTimeout
 	PoolMaxConns  int            // 0: DefaultPoolMaxConns; see [Options.SizePool]
 
-	errs []string
+	errs opt.Problems
 }
 
 // DefaultOptions returns the options before any is applied.
 func DefaultOptions() Options { return Options{Table: DefaultTable} }
 
-// Fail records a bad option value; Err reports it.
-func (o *Options) Fail(format string, args ...any) {
-	o.errs = append(o.errs, fmt.Sprintf(format, args...))
+// Check records a bad option value unless ok (see [opt.Problems.Check]);
+// Err reports it.
+func (o *Options) Check(ok bool, format string, args ...any) bool {
+	return o.errs.Check(ok, format, args...)
 }
 
 // Err returns the bad values recorded, as one error matching
 // dlock.ErrInvalidOption and naming the backend; nil if there were none.
 func (o *Options) Err(backend string) error {
-	if len(o.errs) == 0 {
-		return nil
-	}
-	return Errorf(dlock.ErrInvalidOption, "%s: %s", backend, strings.Join(o.errs, "; "))
+	return o.errs.Err(dlock.ErrInvalidOption, backend)
 }
 
 // Resolve applies a backend's options, skipping nil ones, to
@@ -49,22 +47,16 @@ func (o *Options) Err(backend string) error {
 // backend's Option.apply (a method expression).
 func Resolve[O any](backend string, opts []O, apply func(O, *Options)) (Options, error) {
 	o := DefaultOptions()
-	for _, opt := range opts {
-		if any(opt) != nil { // O is an interface: a nil one has no apply
-			apply(opt, &o)
-		}
-	}
+	opt.Apply(&o, opts, apply)
 	return o, o.Err(backend)
 }
 
 // SetTable sets the lease table's name (see [CheckTable]).
 func SetTable(name string) func(*Options) {
 	return func(o *Options) {
-		if err := CheckTable(name); err != nil {
-			o.Fail("%v", err)
-			return
+		if err := CheckTable(name); o.Check(err == nil, "%v", err) {
+			o.Table = name
 		}
-		o.Table = name
 	}
 }
 
@@ -72,11 +64,9 @@ func SetTable(name string) func(*Options) {
 // heartbeat (at least [MinWaiterTimeout]).
 func SetWaiterTimeout(d time.Duration) func(*Options) {
 	return func(o *Options) {
-		if d < MinWaiterTimeout {
-			o.Fail("waiter timeout %v is below the minimum %v", d, MinWaiterTimeout)
-			return
+		if o.Check(d >= MinWaiterTimeout, "waiter timeout %v is below the minimum %v", d, MinWaiterTimeout) {
+			o.WaiterTimeout = d
 		}
-		o.WaiterTimeout = d
 	}
 }
 
@@ -90,11 +80,9 @@ func SetNoMigrate(no bool) func(*Options) { return func(o *Options) { o.NoMigrat
 // SetConnectTimeout bounds connecting (0: no limit but the context's).
 func SetConnectTimeout(d time.Duration) func(*Options) {
 	return func(o *Options) {
-		if d < 0 {
-			o.Fail("connect timeout %v is negative", d)
-			return
+		if o.Check(d >= 0, "connect timeout %v is negative", d) {
+			o.Connect = &d
 		}
-		o.Connect = &d
 	}
 }
 
@@ -111,11 +99,9 @@ const DefaultPoolMaxConns = 32
 // SetPoolMaxConns sets the size of the pool that Open makes (at least 1).
 func SetPoolMaxConns(n int) func(*Options) {
 	return func(o *Options) {
-		if n < 1 {
-			o.Fail("pool max conns (%s) %d is below 1", PoolMaxConnsParam, n)
-			return
+		if o.Check(n >= 1, "pool max conns (%s) %d is below 1", PoolMaxConnsParam, n) {
+			o.PoolMaxConns = n
 		}
-		o.PoolMaxConns = n
 	}
 }
 
