@@ -137,12 +137,8 @@ func pathOptions(kind string, u *url.URL) ([]Option, error) {
 // queryOptions takes dlock's own parameters from q.
 func queryOptions(q *urlq.Query) ([]Option, error) {
 	var opts []Option
-	if v, ok := q.String("key_prefix"); ok {
-		opts = append(opts, KeyPrefix(v))
-	}
-	if d, ok := q.Duration("waiter_timeout"); ok {
-		opts = append(opts, WaiterTimeout(d))
-	}
+	urlq.Add(&opts, "key_prefix", q.String, KeyPrefix)
+	urlq.Add(&opts, "waiter_timeout", q.Duration, WaiterTimeout)
 	n, hasN := q.Int("wait_replicas")
 	t, hasT := q.Duration("wait_replicas_timeout")
 	switch {
@@ -153,12 +149,8 @@ func queryOptions(q *urlq.Query) ([]Option, error) {
 	case hasT:
 		return nil, q.Errorf("wait_replicas_timeout without wait_replicas")
 	}
-	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
-		opts = append(opts, ConnectTimeout(d))
-	}
-	if on, ok := q.Bool("context_timeout_enabled"); ok {
-		opts = append(opts, contextTimeouts(on))
-	}
+	urlq.Add(&opts, connect.Param, q.Timeout, ConnectTimeout)
+	urlq.Add(&opts, "context_timeout_enabled", q.Bool, contextTimeouts)
 	return opts, nil
 }
 

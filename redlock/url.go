@@ -55,21 +55,11 @@ func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
 	if u.Scheme == "redlocks" {
 		opts = append(opts, TLS(nil))
 	}
-	if v, ok := q.String("key_prefix"); ok {
-		opts = append(opts, KeyPrefix(v))
-	}
-	if d, ok := q.Duration("node_timeout"); ok {
-		opts = append(opts, NodeTimeout(d))
-	}
-	if f, ok := q.Float("drift_factor"); ok {
-		opts = append(opts, DriftFactor(f))
-	}
-	if n, ok := q.Int("db"); ok {
-		opts = append(opts, DB(n))
-	}
-	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
-		opts = append(opts, ConnectTimeout(d))
-	}
+	urlq.Add(&opts, "key_prefix", q.String, KeyPrefix)
+	urlq.Add(&opts, "node_timeout", q.Duration, NodeTimeout)
+	urlq.Add(&opts, "drift_factor", q.Float, DriftFactor)
+	urlq.Add(&opts, "db", q.Int, DB)
+	urlq.Add(&opts, connect.Param, q.Timeout, ConnectTimeout)
 	if _, err := q.Done(nil); err != nil {
 		return "", nil, err
 	}

@@ -43,12 +43,8 @@ func ParseURL(u *url.URL) (path string, opts []Option, err error) {
 	for _, set := range sqllock.URLParams(q, false) {
 		opts = append(opts, shared(set))
 	}
-	if d, ok := q.Duration("busy_timeout"); ok {
-		opts = append(opts, BusyTimeout(d))
-	}
-	if v, ok := q.String("synchronous"); ok {
-		opts = append(opts, Synchronous(v))
-	}
+	urlq.Add(&opts, "busy_timeout", q.Duration, BusyTimeout)
+	urlq.Add(&opts, "synchronous", q.String, Synchronous)
 	if _, err := q.Done(nil); err != nil {
 		return "", nil, err
 	}

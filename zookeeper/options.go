@@ -203,15 +203,9 @@ func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
 		return "", nil, q.Errorf("%v", err)
 	}
 	opts = []Option{Root(u.Path)}
-	if d, ok := q.Duration("session_timeout"); ok {
-		opts = append(opts, SessionTimeout(d))
-	}
-	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
-		opts = append(opts, ConnectTimeout(d))
-	}
-	if v, ok := q.Enum("loss", "session", "disconnect"); ok {
-		opts = append(opts, Loss(map[string]LossPolicy{"session": LossOnSessionEnd, "disconnect": LossOnDisconnect}[v]))
-	}
+	urlq.Add(&opts, "session_timeout", q.Duration, SessionTimeout)
+	urlq.Add(&opts, connect.Param, q.Timeout, ConnectTimeout)
+	urlq.Add(&opts, "loss", urlq.ParsedBy(q, parseLoss), Loss)
 	if _, err := q.Done(nil); err != nil {
 		return "", nil, err
 	}
@@ -219,6 +213,16 @@ func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
 		return "", nil, q.Errorf("%v", err)
 	}
 	return strings.Join(servers, ","), opts, nil
+}
+
+// parseLoss parses the loss parameter: the String of a [LossPolicy].
+func parseLoss(s string) (LossPolicy, error) {
+	for _, p := range []LossPolicy{LossOnSessionEnd, LossOnDisconnect} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("want %s or %s", LossOnSessionEnd, LossOnDisconnect)
 }
 
 // splitServers splits a comma list of servers; a server without a port

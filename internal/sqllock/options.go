@@ -127,27 +127,15 @@ func (o Options) SizePool(db *sql.DB) {
 // pool_max_conns=N. It returns their setters in that order.
 func URLParams(q *urlq.Query, modes bool) []func(*Options) {
 	var sets []func(*Options)
-	if v, ok := q.String("table"); ok {
-		sets = append(sets, SetTable(v))
-	}
-	if d, ok := q.Duration("waiter_timeout"); ok {
-		sets = append(sets, SetWaiterTimeout(d))
-	}
-	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
-		sets = append(sets, SetConnectTimeout(d))
-	}
+	urlq.Add(&sets, "table", q.String, SetTable)
+	urlq.Add(&sets, "waiter_timeout", q.Duration, SetWaiterTimeout)
+	urlq.Add(&sets, connect.Param, q.Timeout, SetConnectTimeout)
 	if !modes {
 		return sets
 	}
-	if session, ok := urlq.Parsed(q, "mode", ParseMode); ok {
-		sets = append(sets, SetSession(session))
-	}
-	if no, ok := urlq.Parsed(q, "migrate", ParseMigrate); ok {
-		sets = append(sets, SetNoMigrate(no))
-	}
-	if n, ok := urlq.Parsed(q, PoolMaxConnsParam, parsePoolMaxConns); ok {
-		sets = append(sets, SetPoolMaxConns(n))
-	}
+	urlq.Add(&sets, "mode", urlq.ParsedBy(q, ParseMode), SetSession)
+	urlq.Add(&sets, "migrate", urlq.ParsedBy(q, ParseMigrate), SetNoMigrate)
+	urlq.Add(&sets, PoolMaxConnsParam, urlq.ParsedBy(q, parsePoolMaxConns), SetPoolMaxConns)
 	return sets
 }
 

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/dlock-dev/dlock/internal/errkind"
 )
 
@@ -93,6 +94,28 @@ func Parsed[T any](q *Query, key string, parse func(string) (T, error)) (T, bool
 		return zero, false
 	}
 	return v, true
+}
+
+// ParsedBy returns a getter, for [Add], that reads a parameter with parse
+// (see [Parsed]).
+func ParsedBy[T any](q *Query, parse func(string) (T, error)) func(key string) (T, bool) {
+	return func(key string) (T, bool) { return Parsed(q, key, parse) }
+}
+
+// Add appends to opts the option that set makes of the parameter key, if
+// it is given, as read by get (one of q's getters, or [ParsedBy]):
+//
+//	urlq.Add(&opts, "node_timeout", q.Duration, NodeTimeout)
+func Add[T, O any](opts *[]O, key string, get func(key string) (T, bool), set func(T) O) {
+	if v, ok := get(key); ok {
+		*opts = append(*opts, set(v))
+	}
+}
+
+// Timeout reads a timeout as connect_timeout is written: a Go duration or
+// a whole number of seconds (see connect.ParseTimeout).
+func (q *Query) Timeout(key string) (time.Duration, bool) {
+	return Parsed(q, key, connect.ParseTimeout)
 }
 
 // Duration reads a Go duration ("500ms", "10s").

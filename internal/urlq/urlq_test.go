@@ -85,3 +85,35 @@ func TestRest(t *testing.T) {
 		t.Errorf("Rest = %q", got)
 	}
 }
+
+func TestAdd(t *testing.T) {
+	q := parse(t, "pg://h/db?connect_timeout=7&wait=2s&n=x")
+	var opts []string
+	opt := func(name string) func(time.Duration) string {
+		return func(d time.Duration) string { return name + "=" + d.String() }
+	}
+	Add(&opts, "connect_timeout", q.Timeout, opt("connect"))
+	Add(&opts, "wait", q.Duration, opt("wait"))
+	Add(&opts, "absent", q.Duration, opt("absent"))
+	double := func(s string) (int, error) {
+		if s != "x" {
+			return 0, errors.New("want x")
+		}
+		return 2, nil
+	}
+	Add(&opts, "n", ParsedBy(q, double), func(n int) string { return strings.Repeat("n", n) })
+	want := []string{"connect=7s", "wait=2s", "nn"}
+	if strings.Join(opts, " ") != strings.Join(want, " ") {
+		t.Errorf("options %q, want %q", opts, want)
+	}
+	if _, err := q.Done(nil); err != nil {
+		t.Errorf("Done: %v", err)
+	}
+
+	q = parse(t, "pg://h/db?connect_timeout=soon")
+	opts = nil
+	Add(&opts, "connect_timeout", q.Timeout, opt("connect"))
+	if _, err := q.Done(nil); len(opts) != 0 || !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "connect_timeout") {
+		t.Errorf("bad connect_timeout: options %q, Done %v; want none and an ErrInvalidOption naming it", opts, err)
+	}
+}
