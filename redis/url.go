@@ -149,7 +149,7 @@ func queryOptions(q *urlq.Query) ([]Option, error) {
 	case hasT:
 		return nil, q.Errorf("wait_replicas_timeout without wait_replicas")
 	}
-	urlq.Add(&opts, connect.Param, q.Timeout, ConnectTimeout)
+	urlq.Add(&opts, connect.Param, urlq.ParsedBy(q, connect.ParseTimeout), ConnectTimeout)
 	urlq.Add(&opts, "context_timeout_enabled", q.Bool, contextTimeouts)
 	return opts, nil
 }

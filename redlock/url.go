@@ -59,7 +59,7 @@ func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
 	urlq.Add(&opts, "node_timeout", q.Duration, NodeTimeout)
 	urlq.Add(&opts, "drift_factor", q.Float, DriftFactor)
 	urlq.Add(&opts, "db", q.Int, DB)
-	urlq.Add(&opts, connect.Param, q.Timeout, ConnectTimeout)
+	urlq.Add(&opts, connect.Param, urlq.ParsedBy(q, connect.ParseTimeout), ConnectTimeout)
 	if _, err := q.Done(nil); err != nil {
 		return "", nil, err
 	}

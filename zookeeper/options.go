@@ -204,7 +204,7 @@ func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
 	}
 	opts = []Option{Root(u.Path)}
 	urlq.Add(&opts, "session_timeout", q.Duration, SessionTimeout)
-	urlq.Add(&opts, connect.Param, q.Timeout, ConnectTimeout)
+	urlq.Add(&opts, connect.Param, urlq.ParsedBy(q, connect.ParseTimeout), ConnectTimeout)
 	urlq.Add(&opts, "loss", urlq.ParsedBy(q, parseLoss), Loss)
 	if _, err := q.Done(nil); err != nil {
 		return "", nil, err

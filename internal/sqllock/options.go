@@ -129,7 +129,7 @@ func URLParams(q *urlq.Query, modes bool) []func(*Options) {
 	var sets []func(*Options)
 	urlq.Add(&sets, "table", q.String, SetTable)
 	urlq.Add(&sets, "waiter_timeout", q.Duration, SetWaiterTimeout)
-	urlq.Add(&sets, connect.Param, q.Timeout, SetConnectTimeout)
+	urlq.Add(&sets, connect.Param, urlq.ParsedBy(q, connect.ParseTimeout), SetConnectTimeout)
 	if !modes {
 		return sets
 	}

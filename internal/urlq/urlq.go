@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/internal/connect"
 	"github.com/dlock-dev/dlock/internal/errkind"
 )
 
@@ -110,12 +109,6 @@ func Add[T, O any](opts *[]O, key string, get func(key string) (T, bool), set fu
 	if v, ok := get(key); ok {
 		*opts = append(*opts, set(v))
 	}
-}
-
-// Timeout reads a timeout as connect_timeout is written: a Go duration or
-// a whole number of seconds (see connect.ParseTimeout).
-func (q *Query) Timeout(key string) (time.Duration, bool) {
-	return Parsed(q, key, connect.ParseTimeout)
 }
 
 // Duration reads a Go duration ("500ms", "10s").

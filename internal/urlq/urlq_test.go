@@ -3,6 +3,7 @@ package urlq
 import (
 	"errors"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func TestAdd(t *testing.T) {
 	opt := func(name string) func(time.Duration) string {
 		return func(d time.Duration) string { return name + "=" + d.String() }
 	}
-	Add(&opts, "connect_timeout", q.Timeout, opt("connect"))
+	Add(&opts, "connect_timeout", ParsedBy(q, parseSeconds), opt("connect"))
 	Add(&opts, "wait", q.Duration, opt("wait"))
 	Add(&opts, "absent", q.Duration, opt("absent"))
 	double := func(s string) (int, error) {
@@ -112,8 +113,14 @@ func TestAdd(t *testing.T) {
 
 	q = parse(t, "pg://h/db?connect_timeout=soon")
 	opts = nil
-	Add(&opts, "connect_timeout", q.Timeout, opt("connect"))
+	Add(&opts, "connect_timeout", ParsedBy(q, parseSeconds), opt("connect"))
 	if _, err := q.Done(nil); len(opts) != 0 || !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "connect_timeout") {
 		t.Errorf("bad connect_timeout: options %q, Done %v; want none and an ErrInvalidOption naming it", opts, err)
 	}
+}
+
+// parseSeconds parses a whole number of seconds.
+func parseSeconds(s string) (time.Duration, error) {
+	n, err := strconv.Atoi(s)
+	return time.Duration(n) * time.Second, err
 }
