@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -43,14 +42,8 @@ const DefaultConnectTimeout = dlock.DefaultConnectTimeout
 var myServer = connect.Server{
 	Backend: "mysql",
 	Kind:    "MySQL",
-	Auth: func(err error) bool {
-		var me *mysql.MySQLError
-		return errors.As(err, &me) && me.Number == myAccessDenied
-	},
-	Answer: func(err error) bool {
-		var me *mysql.MySQLError
-		return errors.As(err, &me)
-	},
+	Auth:    connect.ErrorOf(func(me *mysql.MySQLError) bool { return me.Number == myAccessDenied }),
+	Answer:  connect.ErrorOf[*mysql.MySQLError](nil),
 }
 
 // logger sends the driver's log lines to slog.Default() at debug level
@@ -80,7 +73,7 @@ func isDefaultLogger(l mysql.Logger) bool {
 // login, the error names the server, matches [dlock.ErrBackendUnavailable],
 // and nothing is left open. Close closes the connections.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
-	cfg, err := resolve(opts)
+	cfg, err := sqllock.Resolve("mysql", opts, Option.apply)
 	if err != nil {
 		return nil, err
 	}
@@ -142,23 +135,16 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 // round trip per statement inside transactions. Close does not close db.
 // Checking the server and creating the tables is bounded by 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), sqllock.SetupTimeout)
-	defer cancel()
-	if db == nil {
-		return nil, invalid("nil *sql.DB")
-	}
-	cfg, err := resolve(opts)
-	if err != nil {
-		return nil, err
-	}
-	desc, err := describe(ctx, db)
-	if err != nil {
-		return nil, sqllock.OpenError("mysql", myDialect, err)
-	}
-	if err := checkFoundRows(ctx, db); err != nil {
-		return nil, sqllock.OpenError(desc, myDialect, err)
-	}
-	return start(ctx, db, desc, cfg, nil)
+	return sqllock.OnClient("mysql", "*sql.DB", db == nil, opts, Option.apply, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
+		desc, err := describe(ctx, db)
+		if err != nil {
+			return nil, sqllock.OpenError("mysql", myDialect, err)
+		}
+		if err := checkFoundRows(ctx, db); err != nil {
+			return nil, sqllock.OpenError(desc, myDialect, err)
+		}
+		return start(ctx, db, desc, cfg, nil)
+	})
 }
 
 // checkFoundRows checks that an UPDATE counts the rows it matched, not the
@@ -230,11 +216,7 @@ func describe(ctx context.Context, db *sql.DB) (string, error) {
 // NOT EXISTS takes the table's metadata lock). `dlock migrate` uses it to
 // create them ahead of time.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
-	cfg, err := resolve(opts)
-	if err != nil {
-		return err
-	}
-	return sqllock.Migrate(ctx, db, myDialect, cfg.Table)
+	return sqllock.MigrateOn(ctx, db, "mysql", myDialect, opts, Option.apply)
 }
 
 // invalid returns an error matching dlock.ErrInvalidOption.

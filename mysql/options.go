@@ -55,10 +55,6 @@ func PoolMaxConns(n int) Option { return option(sqllock.SetPoolMaxConns(n)) }
 // user who may not create them (after [Migrate]; URL: migrate=false).
 func NoMigrate() Option { return option(sqllock.SetNoMigrate(true)) }
 
-func resolve(opts []Option) (sqllock.Options, error) {
-	return sqllock.Resolve("mysql", opts, Option.apply)
-}
-
 // SessionLockName returns the user-level lock name that session mode uses
 // for the lock name in lease table table (its key on the backend: with
 // the Client's namespace, if any): "dlock:" and 58 hex digits of

@@ -56,10 +56,6 @@ func PoolMaxConns(n int) Option { return option(sqllock.SetPoolMaxConns(n)) }
 // for a user who may not create them: run [Migrate] first (URL: migrate=false).
 func NoMigrate() Option { return option(sqllock.SetNoMigrate(true)) }
 
-func resolve(opts []Option) (sqllock.Options, error) {
-	return sqllock.Resolve("postgres", opts, Option.apply)
-}
-
 // SessionKey returns the advisory lock key that session mode uses for the
 // lock name in lease table table (its key on the backend: with the
 // Client's namespace, if any): the first 8 bytes of SHA-256(table, name)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -36,14 +35,10 @@ const DefaultConnectTimeout = dlock.DefaultConnectTimeout
 var pgServer = connect.Server{
 	Backend: "postgres",
 	Kind:    "PostgreSQL",
-	Auth: func(err error) bool {
-		var pe *pgconn.PgError
-		return errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000")
-	},
-	Answer: func(err error) bool {
-		var pe *pgconn.PgError
-		return errors.As(err, &pe)
-	},
+	Auth: connect.ErrorOf(func(pe *pgconn.PgError) bool {
+		return pe.Code == "28P01" || pe.Code == "28000" // invalid password, invalid authorization
+	}),
+	Answer: connect.ErrorOf[*pgconn.PgError](nil),
 }
 
 // Open connects to the PostgreSQL database of dsn (a pgx connection
@@ -55,7 +50,7 @@ var pgServer = connect.Server{
 // [dlock.ErrBackendUnavailable], and nothing is left open. Close closes
 // the connections.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
-	cfg, err := resolve(opts)
+	cfg, err := sqllock.Resolve("postgres", opts, Option.apply)
 	if err != nil {
 		return nil, err
 	}
@@ -115,24 +110,17 @@ func poolParam(pc *pgx.ConnConfig, cfg *sqllock.Options) error {
 // notified and look again at a backing-off interval (5 to 100 ms) instead.
 // Checking the server and creating the tables is bounded by 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), sqllock.SetupTimeout)
-	defer cancel()
-	if db == nil {
-		return nil, invalid("nil *sql.DB")
-	}
-	cfg, err := resolve(opts)
-	if err != nil {
-		return nil, err
-	}
-	desc, err := describe(ctx, db)
-	if err != nil {
-		return nil, sqllock.OpenError("postgres", pgDialect, err)
-	}
-	var listen func(context.Context) (*pgx.Conn, func(), error)
-	if _, ok := db.Driver().(*stdlib.Driver); ok {
-		listen = func(ctx context.Context) (*pgx.Conn, func(), error) { return rawConn(ctx, db) }
-	}
-	return start(ctx, db, desc, cfg, listen, nil)
+	return sqllock.OnClient("postgres", "*sql.DB", db == nil, opts, Option.apply, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
+		desc, err := describe(ctx, db)
+		if err != nil {
+			return nil, sqllock.OpenError("postgres", pgDialect, err)
+		}
+		var listen func(context.Context) (*pgx.Conn, func(), error)
+		if _, ok := db.Driver().(*stdlib.Driver); ok {
+			listen = func(ctx context.Context) (*pgx.Conn, func(), error) { return rawConn(ctx, db) }
+		}
+		return start(ctx, db, desc, cfg, listen, nil)
+	})
 }
 
 // NewPool returns a Backend on pool, creating the tables if needed. Close
@@ -141,30 +129,23 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 // closed when the waiters are gone). Checking the server and creating the
 // tables is bounded by 30 s.
 func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), sqllock.SetupTimeout)
-	defer cancel()
-	if pool == nil {
-		return nil, invalid("nil *pgxpool.Pool")
-	}
-	cfg, err := resolve(opts)
-	if err != nil {
-		return nil, err
-	}
-	desc := "postgres " + address(pool.Config().ConnConfig)
-	db := stdlib.OpenDBFromPool(pool, stdlib.OptionShouldPing(shouldPing))
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, sqllock.OpenError(desc, pgDialect, err)
-	}
-	listen := func(ctx context.Context) (*pgx.Conn, func(), error) {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			return nil, nil, err
+	return sqllock.OnClient("postgres", "*pgxpool.Pool", pool == nil, opts, Option.apply, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
+		desc := "postgres " + address(pool.Config().ConnConfig)
+		db := stdlib.OpenDBFromPool(pool, stdlib.OptionShouldPing(shouldPing))
+		if err := db.PingContext(ctx); err != nil {
+			db.Close()
+			return nil, sqllock.OpenError(desc, pgDialect, err)
 		}
-		pc := c.Hijack()
-		return pc, func() { closeConn(pc) }, nil
-	}
-	return start(ctx, db, desc, cfg, listen, db.Close)
+		listen := func(ctx context.Context) (*pgx.Conn, func(), error) {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			pc := c.Hijack()
+			return pc, func() { closeConn(pc) }, nil
+		}
+		return start(ctx, db, desc, cfg, listen, db.Close)
+	})
 }
 
 // shouldPing decides whether database/sql's pool pings a connection before
@@ -262,11 +243,7 @@ func address(c *pgx.ConnConfig) string {
 // once: the creation runs in one transaction under an advisory lock.
 // `dlock migrate` uses it to create them ahead of time.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
-	cfg, err := resolve(opts)
-	if err != nil {
-		return err
-	}
-	return sqllock.Migrate(ctx, db, pgDialect, cfg.Table)
+	return sqllock.MigrateOn(ctx, db, "postgres", pgDialect, opts, Option.apply)
 }
 
 // invalid returns an error matching dlock.ErrInvalidOption.

@@ -109,6 +109,15 @@ type Server struct {
 	Answer func(err error) bool
 }
 
+// ErrorOf returns a test for [Server]'s Auth or Answer: whether err is,
+// or wraps, an error of the driver's type E that match accepts (nil: any).
+func ErrorOf[E error](match func(E) bool) func(err error) bool {
+	return func(err error) bool {
+		var e E
+		return errors.As(err, &e) && (match == nil || match(e))
+	}
+}
+
 // Explain returns the error of an Open of s at addr that failed with err,
 // saying why from err, from what the probe p (may be nil) saw on the wire,
 // and from ctx (the context Open was bounded by).

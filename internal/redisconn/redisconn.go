@@ -39,11 +39,7 @@ func (logger) Printf(ctx context.Context, format string, args ...any) {
 // Server describes Redis for connect.Server.Explain; set its Backend.
 var Server = connect.Server{
 	Kind: "Redis",
-	Auth: func(err error) bool {
-		var rerr goredis.Error
-		if !errors.As(err, &rerr) {
-			return false
-		}
+	Auth: connect.ErrorOf(func(rerr goredis.Error) bool {
 		msg := rerr.Error()
 		for _, p := range []string{"NOAUTH", "WRONGPASS", "NOPERM"} {
 			if strings.HasPrefix(msg, p) {
@@ -51,11 +47,8 @@ var Server = connect.Server{
 			}
 		}
 		return strings.Contains(msg, "invalid password") || strings.Contains(msg, "AUTH <password> called without any password")
-	},
-	Answer: func(err error) bool {
-		var rerr goredis.Error
-		return errors.As(err, &rerr)
-	},
+	}),
+	Answer: connect.ErrorOf[goredis.Error](nil),
 }
 
 // Probe returns a hook that lets p watch the connections of a client

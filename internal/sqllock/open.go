@@ -7,11 +7,48 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/connect"
+	"github.com/dlock-dev/dlock/internal/opt"
 )
 
 // SetupTimeout bounds a backend's New, which takes no context: checking
 // the server and creating the tables.
 const SetupTimeout = 30 * time.Second
+
+// OnClient runs make, the work of a backend's New on a client the caller
+// opened (a *sql.DB, a pool), bounded by [SetupTimeout] since New takes no
+// context. A nil client (isNil; what names its type) is refused like a bad
+// option, with an error matching dlock.ErrInvalidOption; opts are
+// resolved as by [Resolve] and given to make.
+func OnClient[O, B any](backend, what string, isNil bool, opts []O, apply func(O, *Options),
+	make func(ctx context.Context, o Options) (B, error)) (B, error) {
+	o, err := resolveOn(backend, what, isNil, opts, apply)
+	if err != nil {
+		var none B
+		return none, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), SetupTimeout)
+	defer cancel()
+	return make(ctx, o)
+}
+
+// MigrateOn is a backend's Migrate: [Migrate] for the table that opts
+// name, on db (nil is refused like a bad option).
+func MigrateOn[O any](ctx context.Context, db *sql.DB, backend string, d Dialect, opts []O, apply func(O, *Options)) error {
+	o, err := resolveOn(backend, "*sql.DB", db == nil, opts, apply)
+	if err != nil {
+		return err
+	}
+	return Migrate(ctx, db, d, o.Table)
+}
+
+// resolveOn is [Resolve] for a function on a client the caller opened: a
+// nil one (isNil; what names its type) is one of the problems reported.
+func resolveOn[O any](backend, what string, isNil bool, opts []O, apply func(O, *Options)) (Options, error) {
+	o := DefaultOptions()
+	o.Check(!isNil, "nil %s", what)
+	opt.Apply(&o, opts, apply)
+	return o, o.Err(backend)
+}
 
 // ConnectTimeout returns the connect timeout of Open: the ConnectTimeout
 // option's if given, else dsn's own (0: the DSN sets none), else
