@@ -69,7 +69,7 @@ func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
 	if _, err := q.Done(nil); err != nil {
 		return "", nil, err
 	}
-	if _, err := newConfig(opts); err != nil {
+	if err := newConfig(opts).err(); err != nil {
 		return "", nil, q.Errorf("%v", err)
 	}
 	return u.Host, opts, nil
@@ -127,16 +127,11 @@ var (
 // others configure the client that [Open] makes, and New refuses them with
 // [dlock.ErrInvalidOption].
 func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
-	if cli == nil {
-		return nil, errkind.Errorf(dlock.ErrInvalidOption, "etcd: nil client")
-	}
-	cfg, err := newConfig(opts)
-	if err != nil {
+	cfg := newConfig(opts)
+	cfg.errs.Check(cli != nil, "nil client")
+	cfg.errs.Check(len(cfg.dialing) == 0, "New takes a client the caller built; %s configure Open's client", strings.Join(cfg.dialing, ", "))
+	if err := cfg.err(); err != nil {
 		return nil, err
-	}
-	if len(cfg.dialing) > 0 {
-		return nil, errkind.Errorf(dlock.ErrInvalidOption, "etcd: New takes a client the caller built; %s configure Open's client",
-			strings.Join(cfg.dialing, ", "))
 	}
 	return newBackend(cli, cfg), nil
 }
@@ -162,8 +157,8 @@ func newBackend(cli *clientv3.Client, cfg config) *Backend {
 // unreachable cluster is an error matching [dlock.ErrBackendUnavailable]
 // that says why; bad options match [dlock.ErrInvalidOption].
 func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
-	cfg, err := newConfig(opts)
-	if err != nil {
+	cfg := newConfig(opts)
+	if err := cfg.err(); err != nil {
 		return nil, err
 	}
 	eps, err := splitEndpoints(addr, cfg.tls != nil)

@@ -32,11 +32,15 @@ type config struct {
 	errs           opt.Problems
 }
 
-func newConfig(opts []Option) (config, error) {
+func newConfig(opts []Option) config {
 	c := config{prefix: DefaultPrefix, connectTimeout: DefaultDialTimeout}
 	opt.Apply(&c, opts, Option.apply)
-	return c, c.errs.Err(dlock.ErrInvalidOption, "etcd")
+	return c
 }
+
+// err reports the bad values, as one error matching
+// [dlock.ErrInvalidOption]; nil if there are none.
+func (c config) err() error { return c.errs.Err(dlock.ErrInvalidOption, "etcd") }
 
 // dial returns an option that only Open can use, named name.
 func dial(name string, f func(*config)) Option {

@@ -79,8 +79,8 @@ func newBackend(cfg config, desc string) *Backend {
 // deletes every node the backend still had. Bad options match
 // [dlock.ErrInvalidOption].
 func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
-	cfg, err := newConfig(opts)
-	if err != nil {
+	cfg := newConfig(opts)
+	if err := cfg.err(); err != nil {
 		return nil, err
 	}
 	servers, err := splitServers(addr)
@@ -134,11 +134,9 @@ func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
 // session clock starts at its own last answered request instead of the
 // last ping. Prefer Open.
 func New(conn *zk.Conn, opts ...Option) (*Backend, error) {
-	if conn == nil {
-		return nil, errkind.Errorf(dlock.ErrInvalidOption, "zookeeper: nil connection")
-	}
-	cfg, err := newConfig(opts)
-	if err != nil {
+	cfg := newConfig(opts)
+	cfg.errs.Check(conn != nil, "nil connection")
+	if err := cfg.err(); err != nil {
 		return nil, err
 	}
 	b := newBackend(cfg, "zookeeper "+conn.Server()+cfg.root)

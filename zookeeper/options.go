@@ -75,9 +75,8 @@ type config struct {
 	errs           opt.Problems
 }
 
-// newConfig returns the configuration opts make, or an error matching
-// [dlock.ErrInvalidOption] that names every bad option.
-func newConfig(opts []Option) (config, error) {
+// newConfig returns the configuration opts make; see [config.err].
+func newConfig(opts []Option) config {
 	c := config{
 		root:           DefaultRoot,
 		sessionTimeout: DefaultSessionTimeout,
@@ -86,8 +85,12 @@ func newConfig(opts []Option) (config, error) {
 		connectTimeout: dlock.DefaultConnectTimeout,
 	}
 	opt.Apply(&c, opts, Option.apply)
-	return c, c.errs.Err(dlock.ErrInvalidOption, "zookeeper")
+	return c
 }
+
+// err reports the bad values, as one error matching
+// [dlock.ErrInvalidOption] that names each; nil if there are none.
+func (c config) err() error { return c.errs.Err(dlock.ErrInvalidOption, "zookeeper") }
 
 // Root sets the node under which the backend keeps its locks (default
 // [DefaultRoot]): one container node per lock name below it. It must be an
@@ -209,7 +212,7 @@ func ParseURL(u *url.URL) (addr string, opts []Option, err error) {
 	if _, err := q.Done(nil); err != nil {
 		return "", nil, err
 	}
-	if _, err := newConfig(opts); err != nil {
+	if err := newConfig(opts).err(); err != nil {
 		return "", nil, q.Errorf("%v", err)
 	}
 	return strings.Join(servers, ","), opts, nil
