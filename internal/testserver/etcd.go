@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -180,32 +179,21 @@ func (g *EtcdGroup) WaitLeader(timeout time.Duration) (int, error) {
 
 func (g *EtcdGroup) agreedLeader() (int, error) {
 	var leaderID uint64
-	idx := -1
-	err := g.probeLive(func(ctx context.Context, i int, n *EtcdServer) error {
+	return g.soleLeader("the leader is not among the running members", func(ctx context.Context, _ int, n *EtcdServer) (bool, error) {
 		err := etcdHealth(ctx, n.Addr())
 		var st EtcdStatus
 		if err == nil {
 			st, err = etcdStatus(ctx, n.Addr())
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if st.Leader == 0 || (leaderID != 0 && st.Leader != leaderID) {
-			return fmt.Errorf("leader %x, others say %x", st.Leader, leaderID)
+			return false, fmt.Errorf("leader %x, others say %x", st.Leader, leaderID)
 		}
 		leaderID = st.Leader
-		if st.MemberID == st.Leader {
-			idx = i
-		}
-		return nil
+		return st.MemberID == st.Leader, nil
 	})
-	if err != nil {
-		return -1, err
-	}
-	if idx < 0 {
-		return -1, errors.New("the leader is not among the running members")
-	}
-	return idx, nil
 }
 
 // Etcd starts a single etcd member and waits until /health reports true.

@@ -83,6 +83,31 @@ func (g *quorumGroup[S]) probeLive(probe func(ctx context.Context, i int, n S) e
 	return nil
 }
 
+// soleLeader probes every live node (see probeLive); probe says whether
+// the node is the leader. Two leaders are an error, and so is none (none
+// says it).
+func (g *quorumGroup[S]) soleLeader(none string, probe func(ctx context.Context, i int, n S) (bool, error)) (int, error) {
+	leader := -1
+	err := g.probeLive(func(ctx context.Context, i int, n S) error {
+		is, err := probe(ctx, i, n)
+		if err != nil || !is {
+			return err
+		}
+		if leader >= 0 {
+			return fmt.Errorf("two leaders: %d and %d", leader, i)
+		}
+		leader = i
+		return nil
+	})
+	if err != nil {
+		return -1, err
+	}
+	if leader < 0 {
+		return -1, errors.New(none)
+	}
+	return leader, nil
+}
+
 // leader returns the first live node for which isLeader says yes.
 func (g *quorumGroup[S]) leader(isLeader func(S) (bool, error)) (int, error) {
 	var errs []error

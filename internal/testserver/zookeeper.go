@@ -132,31 +132,14 @@ func (g *ZooKeeperGroup) WaitLeader(timeout time.Duration) (int, error) {
 }
 
 func (g *ZooKeeperGroup) serving() (int, error) {
-	leader := -1
-	err := g.probeLive(func(ctx context.Context, i int, n *ZooKeeperServer) error {
+	return g.soleLeader("no leader", func(ctx context.Context, _ int, n *ZooKeeperServer) (bool, error) {
 		out, err := fourLetter(ctx, n.Addr(), "srvr")
 		if err != nil {
-			return err
+			return false, err
 		}
 		m, err := zkMode(out)
-		if err != nil {
-			return err
-		}
-		if m == "leader" || m == "standalone" {
-			if leader >= 0 {
-				return fmt.Errorf("two leaders: %d and %d", leader, i)
-			}
-			leader = i
-		}
-		return nil
+		return m == "leader" || m == "standalone", err
 	})
-	if err != nil {
-		return -1, err
-	}
-	if leader < 0 {
-		return -1, errors.New("no leader")
-	}
-	return leader, nil
 }
 
 // ZooKeeper starts a standalone ZooKeeper server (tickTime 200 ms, session
