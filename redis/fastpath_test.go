@@ -58,10 +58,9 @@ func resetStats(t testing.TB, admin *goredis.Client) {
 
 // TestUncontendedScriptCommands counts, with INFO commandstats, what the
 // scripts run for an uncontended Lock and Unlock (default and fair): to
-// acquire, one EXISTS (the hash is absent: its release deleted it), GET and
-// SET of the fence key, TIME, HSET and PEXPIREAT; to release, one
-// HMGET, GET of the fence key, TIME and DEL; nothing else (no queue
-// look-up, no PUBLISH).
+// acquire, one EXISTS (the hash is absent: its release deleted it), INCR
+// of the fence key, HSET and PEXPIRE; to release, one HMGET and DEL;
+// nothing else (no TIME, no queue look-up, no PUBLISH).
 func TestUncontendedScriptCommands(t *testing.T) {
 	srv := testserver.Redis(t)
 	admin := newClient(t, srv.Addr())
@@ -82,7 +81,7 @@ func TestUncontendedScriptCommands(t *testing.T) {
 			}
 		}
 		got := scriptCommands(t, admin)
-		want := map[string]int64{"evalsha": 2 * n, "hmget": n, "time": 2 * n, "get": 2 * n, "exists": n, "hset": n, "set": n, "pexpireat": n, "del": n}
+		want := map[string]int64{"evalsha": 2 * n, "exists": n, "incr": n, "hset": n, "pexpire": n, "hmget": n, "del": n}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%d uncontended Lock/Unlock pairs (options %d) ran %v, want %v", n, len(opts), got, want)
 		}
@@ -90,9 +89,11 @@ func TestUncontendedScriptCommands(t *testing.T) {
 }
 
 // TestGrantTokens checks the tokens of the scripts' common path (a free
-// lock without a queue): a new grant's token is above the last one even
-// when the last lease expired without a release, it is max(f+1, server
-// time in µs), and it is stored and returned exactly.
+// lock without a queue): the first token of a store without a fence key is
+// the server's time in µs; a new grant's token is the fence plus one, also
+// when the last lease expired without a release; a hash whose token is
+// ahead of the fence gives f+1; and tokens are stored and returned
+// exactly.
 func TestGrantTokens(t *testing.T) {
 	admin, ctx, b := scriptEnv(t)
 	serverMicros := func() uint64 {
@@ -122,8 +123,8 @@ func TestGrantTokens(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // the lease expires, nobody releases it
 	g2 := acquire("b", time.Minute)
-	if g2.Token <= g1.Token {
-		t.Errorf("token after expiry %d, want above %d", g2.Token, g1.Token)
+	if g2.Token != g1.Token+1 {
+		t.Errorf("token after expiry %d, want the fence plus one, %d", g2.Token, g1.Token+1)
 	}
 	if err := b.Release(ctx, dlock.Hold{Name: "tok", Owner: "a", Token: g1.Token, Handle: g1.Handle}); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Errorf("release of the expired hold: %v, want ErrLeaseLost", err)
@@ -263,5 +264,79 @@ func TestNonNumericFence(t *testing.T) {
 	}
 	if v := admin.HGetAll(ctx, "dlock:{nan}").Val(); len(v) != 1 || v["f"] != "abc" {
 		t.Errorf("the hash became %v", v)
+	}
+}
+
+// TestFastHoldLeaseEndsWithHash: a hold made by the common path keeps no
+// lease end x (the hash's expiry is the lease end), a renewal moves that
+// expiry, and a waiting attempt by another owner first writes x (the lease
+// end, unchanged) so that the hash may outlive the lease for the waiter,
+// after which the lease still ends on time and a release still frees it.
+func TestFastHoldLeaseEndsWithHash(t *testing.T) {
+	admin, ctx, b := scriptEnv(t)
+	key := dredis.LockKey("dlock", "x")
+	g, _, err := b.Acquire(ctx, dlock.Request{Name: "x", Owner: "me", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := admin.HGetAll(ctx, key).Val(); v["x"] != "" || v["o"] != "me" {
+		t.Fatalf("fast hold %v, want owner me and no x", v)
+	}
+	hold := dlock.Hold{Name: "x", Owner: "me", Token: g.Token, Handle: g.Handle}
+	if err := b.Renew(ctx, hold, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if p := admin.PTTL(ctx, key).Val(); p < 50*time.Second {
+		t.Fatalf("PTTL after a renewal to 1m: %v", p)
+	}
+	if v := admin.HGet(ctx, key, "x").Val(); v != "" {
+		t.Fatalf("a renewal of a fast hold wrote x %q", v)
+	}
+	_, w, err := b.Acquire(ctx, dlock.Request{Name: "x", Owner: "other", TTL: time.Minute, Wait: true})
+	var held *dlock.HeldError
+	if !errors.As(err, &held) || held.Holder.Owner != "me" {
+		t.Fatalf("waiting attempt: %v, want held by me", err)
+	}
+	w.Cancel(ctx)
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := admin.HGet(ctx, key, "x").Int64()
+	if left := time.Duration(x-now.UnixMilli()) * time.Millisecond; err != nil || left < 50*time.Second || left > time.Minute {
+		t.Fatalf("x after a waiting attempt: %d (%v left, %v), want the lease end, about 1m away", x, left, err)
+	}
+	if p := admin.PTTL(ctx, key).Val(); p < time.Minute {
+		t.Errorf("PTTL %v: the hash does not outlive the lease for the waiter", p)
+	}
+	if err := b.Renew(ctx, hold, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	g2, _, err := b.Acquire(ctx, dlock.Request{Name: "x", Owner: "other", TTL: time.Minute})
+	if err != nil || g2.Token <= g.Token {
+		t.Fatalf("Acquire after the release: token %d, %v; want above %d", g2.Token, err, g.Token)
+	}
+}
+
+// TestFenceNotATokenUnchanged: a fence key whose value is an integer but
+// not a token (negative) makes an acquisition fail with ErrForeignData and
+// is left as it was, though the common path's INCR took it first.
+func TestFenceNotATokenUnchanged(t *testing.T) {
+	admin, ctx, b := scriptEnv(t)
+	if err := admin.Set(ctx, "dlock:fence", "-3", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := b.Acquire(ctx, dlock.Request{Name: "neg", Owner: "me", TTL: time.Minute})
+	if !errors.Is(err, dlock.ErrForeignData) || !strings.Contains(err.Error(), "dlock:fence") {
+		t.Errorf("Acquire with fence -3: %v, want ErrForeignData naming dlock:fence", err)
+	}
+	if v := admin.Get(ctx, "dlock:fence").Val(); v != "-3" {
+		t.Errorf("fence %q after the failed acquisition, want -3", v)
+	}
+	if n := admin.Exists(ctx, dredis.LockKey("dlock", "neg")).Val(); n != 0 {
+		t.Errorf("the failed acquisition left a lock hash")
 	}
 }
