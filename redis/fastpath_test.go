@@ -340,3 +340,109 @@ func TestFenceNotATokenUnchanged(t *testing.T) {
 		t.Errorf("the failed acquisition left a lock hash")
 	}
 }
+
+// TestClockTokens: with ClockTokens every grant's token is at least the
+// server's time in µs, also when the fence key is behind (a replica that
+// missed the last grants took over), and the common path then runs TIME
+// and GETSET instead of INCR; a fence that does not hold a token is put
+// back as it was.
+func TestClockTokens(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	b := newBackend(t, srv.Addr(), dredis.ClockTokens(true))
+	if !dredis.ClockTokensOf(b) {
+		t.Fatal("ClockTokens(true) is not in effect")
+	}
+	warmUpBackend(t, b)
+	var last uint64
+	for i := range 3 {
+		if err := admin.Set(ctx, "dlock:fence", 7, 0).Err(); err != nil { // far behind
+			t.Fatal(err)
+		}
+		resetStats(t, admin)
+		g, _, err := b.Acquire(ctx, dlock.Request{Name: "clock", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := scriptCommands(t, admin)
+		want := map[string]int64{"evalsha": 1, "exists": 1, "time": 1, "getset": 1, "hset": 1, "pexpire": 1}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("grant %d ran %v, want %v", i, got, want)
+		}
+		now, err := admin.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= last || g.Token > uint64(now.UnixMicro()) || g.Token < uint64(now.Add(-10*time.Second).UnixMicro()) {
+			t.Fatalf("grant %d after a fence of 7: token %d, want above %d and the server's time in µs (%d)", i, g.Token, last, now.UnixMicro())
+		}
+		if f := admin.Get(ctx, "dlock:fence").Val(); f != strconv.FormatUint(g.Token, 10) {
+			t.Errorf("fence %q after grant %d, want %d", f, i, g.Token)
+		}
+		last = g.Token
+		if err := b.Release(ctx, dlock.Hold{Name: "clock", Owner: "o", Token: g.Token, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := admin.Set(ctx, "dlock:fence", "abc", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Acquire(ctx, dlock.Request{Name: "clock", Owner: "o", TTL: time.Minute}); !errors.Is(err, dlock.ErrForeignData) {
+		t.Errorf("Acquire with fence abc: %v, want ErrForeignData", err)
+	}
+	if f := admin.Get(ctx, "dlock:fence").Val(); f != "abc" {
+		t.Errorf("fence %q after the failed acquisition, want abc", f)
+	}
+}
+
+// TestClockTokensDefault: clock tokens are on by default where a replica
+// may take over (Sentinel, Cluster, WaitReplicas) and off on a single
+// server; ClockTokens overrides either way.
+func TestClockTokensDefault(t *testing.T) {
+	single := func() goredis.UniversalClient { return goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) }
+	sentinel := func() goredis.UniversalClient {
+		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	}
+	cluster := func() goredis.UniversalClient {
+		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	}
+	for _, tc := range []struct {
+		name   string
+		client func() goredis.UniversalClient
+		opts   []dredis.Option
+		want   bool
+	}{
+		{"single", single, nil, false},
+		{"single+WaitReplicas", single, []dredis.Option{dredis.WaitReplicas(1, time.Second)}, true},
+		{"single+ClockTokens", single, []dredis.Option{dredis.ClockTokens(true)}, true},
+		{"sentinel", sentinel, nil, true},
+		{"cluster", cluster, nil, true},
+		{"cluster+ClockTokens(false)", cluster, []dredis.Option{dredis.ClockTokens(false)}, false},
+	} {
+		rdb := tc.client()
+		b, err := dredis.New(rdb, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dredis.ClockTokensOf(b); got != tc.want {
+			t.Errorf("%s: clock tokens %v, want %v", tc.name, got, tc.want)
+		}
+		b.Close()
+		rdb.Close()
+	}
+}
+
+// warmUpBackend loads the scripts and opens a connection: one grant and
+// release of a name of its own.
+func warmUpBackend(t *testing.T, b *dredis.Backend) {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	g, _, err := b.Acquire(ctx, dlock.Request{Name: "warm-up", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: "warm-up", Owner: "o", Token: g.Token, Handle: g.Handle}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -56,14 +56,18 @@ func newScript(name, src string) *script {
 //
 // Tokens: the fence key (KEYS[4]; one per Cluster slot, or one per
 // store, see fenceMode) holds the highest token granted in its slot and is
-// never deleted. A new token is max(fence+1, f+1), taken by INCR of the
-// fence key on the common path, and written to the fence key in the same
-// script, so deleting a lock's hash never lets a later token of its name
-// be smaller or equal; a fence key that is missing (a new store, or one
-// that lost its data) starts again at the server time in µs, above every
-// token an earlier life of the store can have given while the clocks
-// agree. A release that deletes a hash whose f is above the fence raises
-// the fence to f first.
+// never deleted. A new token is max(fence+1, f+1, server time in µs) and
+// is written to the fence key in the same script, so deleting a lock's
+// hash never lets a later token of its name be smaller or equal; a
+// release that deletes a hash whose f is above the fence raises the fence
+// to f first. The server time keeps tokens increasing even if the fence
+// key is lost (a restart without persistence, a failover to a replica
+// that missed the last grants), provided the servers' clocks agree to
+// better than the time between the lost grant and the next. Without
+// clock tokens (see [ClockTokens]) the common path takes fence+1 by INCR
+// instead, without TIME: that still starts again at the server time when
+// the fence key is missing, but after a failover to a replica whose fence
+// is behind it may give a lost grant's token again.
 //
 // Every script reads each key it may write before its first write, so that
 // a key holding another type fails the script (WRONGTYPE) before anything
@@ -108,9 +112,8 @@ var maxTokenLua = strconv.FormatInt(MaxToken, 10)
 // which it then writes to x (so that keep may make the hash outlive the
 // lease); 0 without a holder; false for a hold without x or expiry.
 //
-// newToken(f, hw, t) returns a new token above the lock's last f and the
-// fence hw and writes it to the fence key; t is TIME's reply, for a fence
-// key that is missing (hw 0).
+// newToken(f, hw, t) returns a new token, max(f+1, hw+1, server time in
+// µs), and writes it to the fence key; t is TIME's reply.
 //
 // keep(now, at, w) makes the hash last at least until at (ms) and, if it
 // counts a fair queue (w > 0), as long as the queue does; it never shortens
@@ -147,8 +150,7 @@ local function holdEnd(o, xv, now)
   return now + p
 end
 local function newToken(f, hw, t)
-  local tok = math.max(f + 1, hw + 1)
-  if hw == 0 then tok = math.max(tok, t[1] * 1000000 + t[2]) end
+  local tok = math.max(f + 1, hw + 1, t[1] * 1000000 + t[2])
   redis.call('SET', fk, string.format('%.0f', tok))
   return tok
 end
@@ -165,11 +167,12 @@ end
 
 // acquireFast is the acquire script's common case, ahead of its
 // definitions: a name without a hash (free, no waiters) and a fence key
-// that holds a token. It grants as the full script would (see newToken),
-// in EXISTS, INCR, HSET and PEXPIRE and nothing else: no x, so the lease
-// ends with the hash (TIME only when the fence key is missing). Anything
-// else falls through to the full script, which also reports foreign data;
-// an INCR of a fence that does not hold a token is undone first.
+// that holds a token. It grants in EXISTS, INCR, HSET and PEXPIRE and
+// nothing else: the token is fence+1, and without x the lease ends with
+// the hash (TIME only when the fence key is missing: then the token is
+// the server time in µs, as newToken would give). Anything else falls
+// through to the full script, which also reports foreign data; an INCR of
+// a fence that does not hold a token is undone first.
 var acquireFast = `
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local tok = redis.pcall('INCR', KEYS[4])
@@ -185,6 +188,31 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
       return tok
     end
     redis.call('DECR', KEYS[4])
+  end
+end
+`
+
+// acquireClockFast is acquireFast with clock tokens ([ClockTokens]): the
+// token is max(fence+1, server time in µs), as newToken gives, at the cost
+// of TIME and a fence written with GETSET (and SET again when the clock
+// is behind the fence). A fence that does not hold a token is put back.
+var acquireClockFast = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local t = redis.call('TIME')
+  local tok = t[1] * 1000000 + t[2]
+  local old = redis.pcall('GETSET', KEYS[4], string.format('%.0f', tok))
+  if type(old) ~= 'table' then
+    local hw = tonumber(old or 0)
+    if ` + redisconn.TokenLua("hw") + ` then
+      if hw >= tok then
+        tok = hw + 1
+        redis.call('SET', KEYS[4], string.format('%.0f', tok))
+      end
+      redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', '1', 'r', ARGV[3], 'f', tok)
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return tok
+    end
+    redis.call('SET', KEYS[4], old)
   end
 end
 `
@@ -208,7 +236,14 @@ end
 // A free lock with a queue goes to the queue's head only, and when dropping
 // dead waiters makes another waiter the head of a free lock's queue, that
 // waiter is told.
-var acquireScript = newScript("acquire", acquireFast+stateSource+`
+var acquireScript = newScript("acquire", acquireFast+acquireFull)
+
+// acquireClockScript is acquireScript with clock tokens on its common path
+// too ([ClockTokens]).
+var acquireClockScript = newScript("acquireClock", acquireClockFast+acquireFull)
+
+// acquireFull is the acquire script past its common path.
+var acquireFull = stateSource + `
 local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w', 's')
 local hw, bad = fenceOf(redis.call('GET', fk))
@@ -221,10 +256,10 @@ if not f then
   f = 0
 elseif f < 0 or f % 1 ~= 0 then
   return foreign('token f is not a non-negative integer')
-elseif f >= `+maxTokenLua+` then
-  return foreign('token f is at the top of the range (`+maxTokenLua+`, the largest integer a Lua number holds exactly): no later token can be given')
+elseif f >= ` + maxTokenLua + ` then
+  return foreign('token f is at the top of the range (` + maxTokenLua + `, the largest integer a Lua number holds exactly): no later token can be given')
 end
-`+redisconn.HoldCheckLua("cur[1]", "cur[2]", "(cur[5] or 0)")+`
+` + redisconn.HoldCheckLua("cur[1]", "cur[2]", "(cur[5] or 0)") + `
 if cur[6] and not tonumber(cur[6]) or cur[7] and not tonumber(cur[7]) then
   return foreign('queue length w or waiter hint s is not a number')
 end
@@ -311,7 +346,7 @@ else
   keep(now, math.max(exp, sv), qlen)
 end
 return {1, tok, 1}
-`)
+`
 
 // renewScript extends a hold.
 //

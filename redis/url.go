@@ -43,6 +43,7 @@ func init() { connect.Register(schemes, ParseURL, Open) }
 //	waiter_timeout=5s              WaiterTimeout
 //	wait_replicas=1                WaitReplicas, with
 //	wait_replicas_timeout=500ms    its timeout (default 1s)
+//	clock_tokens=true              ClockTokens
 //	connect_timeout=10s            ConnectTimeout
 //
 // A parameter given twice, or that neither dlock nor go-redis knows, is an
@@ -155,6 +156,9 @@ func queryOptions(q *urlq.Query) ([]Option, error) {
 	}
 	if d, ok := urlq.Parsed(q, connect.Param, connect.ParseTimeout); ok {
 		opts = append(opts, ConnectTimeout(d))
+	}
+	if on, ok := q.Bool("clock_tokens"); ok {
+		opts = append(opts, ClockTokens(on))
 	}
 	if on, ok := q.Bool("context_timeout_enabled"); ok {
 		opts = append(opts, contextTimeouts(on))
