@@ -68,7 +68,8 @@
 // has no expiry: it goes at its next release.
 //
 // An uncontended Lock or TryLock is one command (a script of EXISTS, INCR
-// of the fence key, HSET and PEXPIRE), and so is Unlock (HMGET and DEL). A
+// of the fence key, HSET and PEXPIRE; with [ClockTokens], TIME and GETSET
+// in place of INCR), and so is Unlock (HMGET and DEL). A
 // reentrant acquisition by the same owner increments the count kept in the
 // hash and returns the same token; a new grant takes a new token, strictly
 // greater than every earlier token of the lock name.
