@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -398,7 +399,7 @@ func TestClockTokens(t *testing.T) {
 
 // TestClockTokensDefault: clock tokens are on by default where a replica
 // may take over (Sentinel, Cluster, WaitReplicas) and off on a single
-// server; ClockTokens overrides either way.
+// server; ClockTokens, and clock_tokens in a URL, override either way.
 func TestClockTokensDefault(t *testing.T) {
 	single := func() goredis.UniversalClient { return goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) }
 	sentinel := func() goredis.UniversalClient {
@@ -427,6 +428,29 @@ func TestClockTokensDefault(t *testing.T) {
 		}
 		if got := dredis.ClockTokensOf(b); got != tc.want {
 			t.Errorf("%s: clock tokens %v, want %v", tc.name, got, tc.want)
+		}
+		b.Close()
+		rdb.Close()
+	}
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{{"redis://127.0.0.1:1?clock_tokens=true", true}, {"redis://127.0.0.1:1?wait_replicas=1&clock_tokens=false", false}} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, opts, err := dredis.ParseURL(u)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		rdb := single()
+		b, err := dredis.New(rdb, opts...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		if got := dredis.ClockTokensOf(b); got != tc.want {
+			t.Errorf("%s: clock tokens %v, want %v", tc.url, got, tc.want)
 		}
 		b.Close()
 		rdb.Close()
