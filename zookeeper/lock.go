@@ -38,17 +38,16 @@ func (b *Backend) checkTTL(ttl time.Duration) error {
 // node is first, or at once, with the holder's token, when the holder's
 // node carries req.Owner (reentrancy). Otherwise the node is deleted again
 // (TryLock), or kept with a watch on its immediate predecessor and returned
-// as the Waiter (Lock). Uncontended, that is two requests: a multi that
-// creates the node, and one children read.
+// as the Waiter (Lock). Uncontended, that is one request: the multi that
+// creates the node answers with the container's stat, whose count of
+// children says whether the node is the only one; otherwise a children
+// read follows.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := b.checkTTL(req.TTL); err != nil {
 		return dlock.Grant{}, nil, err
 	}
 	start := time.Now()
 	w := &waiter{b: b, req: req, parent: b.lockPath(req.Name)}
-	if err := w.create(ctx); err != nil {
-		return dlock.Grant{}, nil, err
-	}
 	g, err := w.decide(ctx, start, true)
 	switch {
 	case err == nil:
@@ -71,6 +70,7 @@ type waiter struct {
 	czxid   int64
 	session int64
 
+	alone   bool            // the node was the container's only child when made
 	watch   <-chan zk.Event // the predecessor's watch
 	ready   bool            // look again without waiting
 	offline bool            // the last attempt failed for want of a connection
@@ -89,6 +89,11 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		if w.path == "" {
 			if err := w.create(ctx); err != nil {
 				return dlock.Grant{}, err
+			}
+			if w.alone {
+				// Nobody holds the lock nor waits for it: granted by
+				// the create alone, as no later node can come first.
+				return w.grant(start), nil
 			}
 		}
 		q, idx, err := w.position(ctx)
