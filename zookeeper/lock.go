@@ -72,6 +72,8 @@ type waiter struct {
 
 	alone   bool            // the node was the container's only child when made
 	watch   <-chan zk.Event // the predecessor's watch
+	head    bool            // the predecessor is the queue's head (the holder)
+	next    bool            // the head was deleted: the waiter's node is first
 	ready   bool            // look again without waiting
 	offline bool            // the last attempt failed for want of a connection
 }
@@ -139,7 +141,9 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		case !w.req.Wait:
 			return dlock.Grant{}, held
 		case holder.watched:
-			w.ready, w.watch = false, holder.watch
+			// The holder is the first node ahead that exists, so its
+			// deletion leaves the waiter's node first (see Wait).
+			w.ready, w.watch, w.head = false, holder.watch, true
 			return dlock.Grant{}, held
 		}
 		return dlock.Grant{}, w.watchPred(ctx, pred, held)
@@ -189,7 +193,7 @@ func (w *waiter) readHolder(ctx context.Context, ahead []child) (holderNode, err
 // return at once when pred has gone already, and returns held, the
 // request's answer for now.
 func (w *waiter) watchPred(ctx context.Context, pred string, held error) error {
-	w.ready, w.watch = false, nil
+	w.ready, w.watch, w.head = false, nil, false
 	p, err := w.b.get(ctx, pred, true)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
@@ -283,7 +287,10 @@ func (w *waiter) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 	select {
-	case <-w.watch:
+	case ev := <-w.watch:
+		// Nodes are never queued ahead of an existing one, so when the
+		// head that the waiter watched is deleted, the waiter is first.
+		w.next = w.head && ev.Type == zk.EventNodeDeleted
 	case <-b.sessionChanged():
 	case <-ctx.Done():
 		return ctx.Err()
@@ -299,6 +306,14 @@ func (w *waiter) Wait(ctx context.Context) error {
 // session; if the session ends, the waiter queues again).
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	start := time.Now()
+	if w.next {
+		// Woken by the deletion of the head: granted without reading
+		// the queue, if the node's session is still the connected one.
+		w.next = false
+		if sid, ok := w.b.session(); ok && sid == w.session && w.path != "" {
+			return w.grant(start), nil
+		}
+	}
 	g, err := w.decide(ctx, start, false)
 	if err != nil && errors.Is(err, dlock.ErrBackendUnavailable) && ctx.Err() == nil {
 		w.offline = true
