@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,6 +193,11 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	if b.closed.Load() {
 		return dlock.Grant{}, attemptResult{}, fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
 	}
+	release, err := b.admit(ctx)
+	if err != nil {
+		return dlock.Grant{}, attemptResult{}, err
+	}
+	defer release()
 	start := time.Now()
 	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, done: done, ch: make(chan nodeRes, len(b.nodes)*maxRounds)}
 	t, proposal := a.rounds(ctx, mode, ticket)
@@ -209,6 +215,31 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	}
 	a.decide(stateGranted, g.Token)
 	return g, attemptResult{}, nil
+}
+
+// maxAttempts bounds the acquisition attempts of one Backend that are in
+// progress at once. A burst of many Locks at once (a herd of waiters
+// making their first attempt) otherwise puts thousands of calls in the
+// process's run queue together, and calls whose masters answered in time
+// time out waiting for a CPU to read the answer: a quorum of "timeouts"
+// on masters that were fine.
+const maxAttempts = 8
+
+// admit waits for a slot among the attempts in progress (see maxAttempts)
+// or for ctx, and returns the slot's release. The node timeouts of an
+// attempt start after it is admitted.
+func (b *Backend) admit(ctx context.Context) (func(), error) {
+	select {
+	case b.slots <- struct{}{}:
+		return func() { <-b.slots }, nil
+	default:
+	}
+	select {
+	case b.slots <- struct{}{}:
+		return func() { <-b.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // tally is what one round of an attempt heard from the masters.
@@ -241,6 +272,26 @@ func (t *tally) add(r nodeRes) {
 	}
 }
 
+// slowOnly reports whether the round missed a quorum only for masters
+// that did not answer within the node timeout, and would have had one had
+// they granted. A waiting Lock makes another round then (with the same
+// acquisition id, so a master that granted late counts once): in a burst
+// of acquisitions on a loaded machine, the answers of healthy masters can
+// come too late to be read in time, and the first attempt of a Lock is
+// the one that reports an unavailable store at once.
+func (t *tally) slowOnly(q int) bool {
+	if len(t.held) > 0 || len(t.failed) == 0 || t.nNew+len(t.stale)+len(t.failed) < q {
+		return false
+	}
+	for _, r := range t.failed {
+		var ne net.Error
+		if !errors.Is(r.err, context.DeadlineExceeded) && !(errors.As(r.err, &ne) && ne.Timeout()) {
+			return false
+		}
+	}
+	return true
+}
+
 // quorum reports whether the round got a quorum of new grants, or of
 // reentries of the owner's hold; a mix of the two is the owner's other
 // hold on a minority (see complete).
@@ -266,8 +317,11 @@ func (a *attempt) rounds(ctx context.Context, mode string, ticket int64) (*tally
 		args := []any{a.req.Owner, dur.Ceil(a.req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
 		a.send(nctx, round, keys, args)
 		t := a.collect(ctx, round)
-		if t.ctxErr != nil || t.quorum(b.quorum) || len(t.stale) == 0 || round+1 >= maxRounds ||
-			t.nNew+len(t.stale)+n-t.got < b.quorum {
+		if t.ctxErr != nil || t.quorum(b.quorum) || round+1 >= maxRounds {
+			return t, proposal
+		}
+		stale := len(t.stale) > 0 && t.nNew+len(t.stale)+n-t.got >= b.quorum
+		if !stale && !(a.req.Wait && t.slowOnly(b.quorum)) {
 			return t, proposal
 		}
 		for _, r := range t.stale {
