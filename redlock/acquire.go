@@ -193,14 +193,13 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	if b.closed.Load() {
 		return dlock.Grant{}, attemptResult{}, fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
 	}
-	release, err := b.admit(ctx)
-	if err != nil {
+	if err := b.admission.enter(ctx); err != nil {
 		return dlock.Grant{}, attemptResult{}, err
 	}
-	defer release()
 	start := time.Now()
 	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, done: done, ch: make(chan nodeRes, len(b.nodes)*maxRounds)}
 	t, proposal := a.rounds(ctx, mode, ticket)
+	defer func() { b.admission.leave(a.late) }()
 	if t.ctxErr != nil || !t.quorum(b.quorum) {
 		err := b.attemptError(t)
 		return dlock.Grant{}, a.fail(t), err
@@ -215,31 +214,6 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	}
 	a.decide(stateGranted, g.Token)
 	return g, attemptResult{}, nil
-}
-
-// maxAttempts bounds the acquisition attempts of one Backend that are in
-// progress at once. A burst of many Locks at once (a herd of waiters
-// making their first attempt) otherwise puts thousands of calls in the
-// process's run queue together, and calls whose masters answered in time
-// time out waiting for a CPU to read the answer: a quorum of "timeouts"
-// on masters that were fine.
-const maxAttempts = 8
-
-// admit waits for a slot among the attempts in progress (see maxAttempts)
-// or for ctx, and returns the slot's release. The node timeouts of an
-// attempt start after it is admitted.
-func (b *Backend) admit(ctx context.Context) (func(), error) {
-	select {
-	case b.slots <- struct{}{}:
-		return func() { <-b.slots }, nil
-	default:
-	}
-	select {
-	case b.slots <- struct{}{}:
-		return func() { <-b.slots }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 // tally is what one round of an attempt heard from the masters.
@@ -284,12 +258,21 @@ func (t *tally) slowOnly(q int) bool {
 		return false
 	}
 	for _, r := range t.failed {
-		var ne net.Error
-		if !errors.Is(r.err, context.DeadlineExceeded) && !(errors.As(r.err, &ne) && ne.Timeout()) {
+		if !isTimeout(r.err) {
 			return false
 		}
 	}
 	return true
+}
+
+// timedOut reports whether a master did not answer the round in time.
+func (t *tally) timedOut() bool {
+	return slices.ContainsFunc(t.failed, func(r nodeRes) bool { return isTimeout(r.err) })
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // quorum reports whether the round got a quorum of new grants, or of
@@ -317,6 +300,7 @@ func (a *attempt) rounds(ctx context.Context, mode string, ticket int64) (*tally
 		args := []any{a.req.Owner, dur.Ceil(a.req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
 		a.send(nctx, round, keys, args)
 		t := a.collect(ctx, round)
+		a.late = a.late || t.timedOut()
 		if t.ctxErr != nil || t.quorum(b.quorum) || round+1 >= maxRounds {
 			return t, proposal
 		}

@@ -46,8 +46,10 @@
 //	TTL − elapsed − (TTL × DriftFactor + 2ms)
 //
 // is still positive, elapsed measured on the monotonic clock from before
-// the first send. At most 8 attempts of a Backend are under way at once
-// (the others wait their turn, before their clock starts), and a call
+// the first send. A Backend bounds the attempts under way at once (the
+// others wait their turn, before their clock starts; the bound, at most
+// 64, halves when a master answered an attempt too late and grows by one
+// with each attempt answered in time), and a call
 // queued in this process behind others to the same master is not timed
 // out for that wait: the node timeout bounds the master's answer. A
 // waiting Lock whose round missed a quorum only for masters that did not

@@ -38,7 +38,7 @@ type Backend struct {
 	workers   sync.WaitGroup // goroutines sending queued calls
 	pool      sync.WaitGroup // goroutines of the masters' pools (see spawn)
 	quit      chan struct{}  // closed by Close after b.bg: ends the pools
-	slots     chan struct{}  // one per acquisition attempt in progress (see admit)
+	admission admission      // bounds the acquisition attempts under way
 }
 
 var _ dlock.Backend = (*Backend)(nil)
@@ -73,7 +73,7 @@ func newBackend(clients []*goredis.Client, cfg config) (*Backend, error) {
 	if len(cfg.errs) > 0 {
 		return nil, errkind.Errorf(dlock.ErrInvalidOption, "redlock: %s", strings.Join(cfg.errs, "; "))
 	}
-	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, stop: make(chan struct{}), quit: make(chan struct{}), slots: make(chan struct{}, maxAttempts), retries: make([]retryQueue, len(clients))}
+	b := &Backend{nodes: clients, quorum: len(clients)/2 + 1, cfg: cfg, stop: make(chan struct{}), quit: make(chan struct{}), retries: make([]retryQueue, len(clients))}
 	for _, c := range clients {
 		b.addrs = append(b.addrs, c.Options().Addr)
 	}

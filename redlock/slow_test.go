@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
 )
 
 // TestSlowOnly checks when an attempt's round that missed a quorum is
@@ -35,5 +36,68 @@ func TestSlowOnly(t *testing.T) {
 		if got := tl.slowOnly(3); got != c.want {
 			t.Errorf("%s: slowOnly = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestAdmission checks the bound on attempts under way: attempts beyond
+// it wait in arrival order, an attempt answered late halves it, and one
+// answered in time raises it by one.
+func TestAdmission(t *testing.T) {
+	var a admission
+	ctx := context.Background()
+	for range maxAttempts {
+		if err := a.enter(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order := make(chan int, 2)
+	for i := range 2 {
+		go func() {
+			a.enter(ctx)
+			order <- i
+		}()
+		for {
+			a.mu.Lock()
+			n := len(a.queue)
+			a.mu.Unlock()
+			if n == i+1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	a.leave(true) // late: the bound halves, nobody gets in
+	select {
+	case i := <-order:
+		t.Fatalf("attempt %d entered with %d under way and a bound of %d", i, maxAttempts-1, a.limit)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if a.limit != maxAttempts/2 {
+		t.Fatalf("bound %d after a late attempt, want %d", a.limit, maxAttempts/2)
+	}
+	for a.busy > a.limit-1 {
+		a.leave(true)
+	}
+	if a.limit != minAttempts {
+		t.Fatalf("bound %d, want the floor %d", a.limit, minAttempts)
+	}
+	for a.busy >= a.limit {
+		a.leave(false)
+	}
+	for want := range 2 {
+		if got := <-order; got != want {
+			t.Fatalf("attempt %d entered before %d", got, want)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	for a.busy < a.limit {
+		a.enter(ctx)
+	}
+	if err := a.enter(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("enter with an ended ctx at the bound: %v", err)
+	}
+	if len(a.queue) != 0 {
+		t.Fatalf("%d left in the queue after a cancelled enter", len(a.queue))
 	}
 }
