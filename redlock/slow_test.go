@@ -66,6 +66,9 @@ func TestAdmission(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	a.mu.Lock()
+	second := a.queue[1]
+	a.mu.Unlock()
 	a.leave(true) // late: the bound halves, nobody gets in
 	select {
 	case i := <-order:
@@ -75,20 +78,20 @@ func TestAdmission(t *testing.T) {
 	if a.limit != maxAttempts/2 {
 		t.Fatalf("bound %d after a late attempt, want %d", a.limit, maxAttempts/2)
 	}
-	for a.busy > a.limit-1 {
+	for len(a.queue) == 2 {
 		a.leave(true)
 	}
 	if a.limit != minAttempts {
-		t.Fatalf("bound %d, want the floor %d", a.limit, minAttempts)
+		t.Fatalf("bound %d when the first waiting attempt entered, want the floor %d", a.limit, minAttempts)
 	}
-	for a.busy >= a.limit {
-		a.leave(false)
+	if a.queue[0] != second {
+		t.Fatal("the second attempt to wait entered first")
 	}
-	for want := range 2 {
-		if got := <-order; got != want {
-			t.Fatalf("attempt %d entered before %d", got, want)
-		}
+	for len(a.queue) > 0 {
+		a.leave(false) // in time: the bound grows
 	}
+	<-order
+	<-order
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	for a.busy < a.limit {
