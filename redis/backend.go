@@ -29,6 +29,7 @@ type Backend struct {
 	mux     *mux
 	batch   *batcher
 	keys    keyCache
+	acquire *script                // acquireScript, or acquireClockScript with clock tokens
 	wtArg   any                    // the waiter timeout in ms, as a script argument
 	ttlArg  atomic.Pointer[ttlArg] // the last TTL acquired with, as a script argument
 
@@ -75,11 +76,13 @@ func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
 }
 
 func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
-	b := &Backend{rdb: rdb, cfg: cfg}
+	b := &Backend{rdb: rdb, cfg: cfg, acquire: acquireScript}
+	failover := cfg.replicas > 0 // a replica may take over: clock tokens by default
 	switch c := rdb.(type) {
 	case *goredis.Client:
 		if addr := c.Options().Addr; addr == "FailoverClient" {
 			b.desc = "redis sentinel"
+			failover = true
 		} else {
 			b.desc = "redis " + addr
 			if db := c.Options().DB; db != 0 {
@@ -89,6 +92,7 @@ func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 	case *goredis.ClusterClient:
 		b.cluster = c
 		b.desc = "redis cluster " + strings.Join(c.Options().Addrs, ",")
+		failover = true
 	case *goredis.Ring:
 		cfg.errs = append(cfg.errs, "a *redis.Ring is not supported (its pub/sub is per shard, and the backend's waiters share one connection); use a *redis.Client per server or a *redis.ClusterClient")
 		b.desc = "redis ring"
@@ -106,6 +110,9 @@ func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 	b.keys.prefix = cfg.prefix
 	if b.cluster != nil {
 		b.keys.fence = fenceSlot
+	}
+	if cfg.clockTokens != nil && *cfg.clockTokens || cfg.clockTokens == nil && failover {
+		b.acquire = acquireClockScript
 	}
 	b.wtArg = millis(cfg.waiterTimeout)
 	b.peers = joinPeers(b.desc)
@@ -247,7 +254,7 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	default:
 		mode = modeTry
 	}
-	v, acked, err := b.run(ctx, acquireScript, k.all[:], w.req.Owner, b.ttlMillis(w.req.TTL), w.rid, mode, b.wtArg)
+	v, acked, err := b.run(ctx, b.acquire, k.all[:], w.req.Owner, b.ttlMillis(w.req.TTL), w.rid, mode, b.wtArg)
 	if err != nil {
 		w.uncertain = uncertain(err)
 		return dlock.Grant{}, b.fail(k, err)

@@ -510,6 +510,7 @@ func TestURLs(t *testing.T) {
 		"redis://127.0.0.1:1?wait_replicas=0",
 		"redis://127.0.0.1:1?wait_replicas_timeout=1s",
 		"redis://127.0.0.1:1?context_timeout_enabled=perhaps",
+		"redis://127.0.0.1:1?clock_tokens=perhaps",
 		"redis+sentinel://127.0.0.1:1",
 		"redis+sentinel://127.0.0.1:1/master/x",
 		"redis+sentinel://127.0.0.1:1/master/0/extra",

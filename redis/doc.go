@@ -29,8 +29,11 @@
 // Each operation is one Lua script, so one round trip, atomic, run with
 // EVALSHA (EVAL when the server does not have the script cached). The state
 // of a lock lives under one hash tag, PREFIX:{NAME}, so all of it is in one
-// Cluster slot: a hash with the holder's owner, reentry count, lease end
-// (judged against the server's clock, TIME) and token; and, for fair
+// Cluster slot: a hash with the holder's owner, reentry count and token,
+// whose expiry is the lease's end (an uncontended grant, renewal and
+// release read no clock: a hash that exists is a live lease; once waiters
+// keep the hash longer, the lease end is written into it and judged
+// against the server's clock, TIME); and, for fair
 // locks, a queue of waiters with a deadline each. Names are escaped for the
 // hash tag ({, }, % and glob characters become %XX). Tokens come from a
 // fence key shared by many names (see State and Guarantees).
@@ -39,9 +42,9 @@
 //
 // What a lock keeps in Redis, and for how long:
 //
-//   - held: its hash, with a PEXPIREAT at the end of the lease (moved on
-//     by each renewal), so a holder that dies leaves nothing once its
-//     lease is over;
+//   - held: its hash, expiring at the end of the lease (moved on by each
+//     renewal), so a holder that dies leaves nothing once its lease is
+//     over;
 //   - waited on: the same hash, kept (PEXPIREAT) at least until the end of
 //     the last waiting Lock's next attempt (at most the holder's remaining
 //     lease plus the waiter timeout, [WaiterTimeout]); with dlock.Fair
@@ -64,7 +67,9 @@
 // most 16384 whatever the number of names. A hash written by a dlock version before reclamation
 // has no expiry: it goes at its next release.
 //
-// An uncontended Lock or TryLock is one command, and so is Unlock. A
+// An uncontended Lock or TryLock is one command (a script of EXISTS, INCR
+// of the fence key, HSET and PEXPIRE; with [ClockTokens], TIME and GETSET
+// in place of INCR), and so is Unlock (HMGET and DEL). A
 // reentrant acquisition by the same owner increments the count kept in the
 // hash and returns the same token; a new grant takes a new token, strictly
 // greater than every earlier token of the lock name.
@@ -112,18 +117,28 @@
 //
 // What keeps the protected resource safe in either case is the fencing
 // token: pass Lease.Token to the resource and let it reject writes that
-// carry a token lower than one it has seen. A new token is max(fence+1,
-// server time in µs), where the fence key holds the highest token granted
-// in the lock's slot and is raised in the same script, so deleting a lock's
-// hash never lets a later token of that name be smaller or equal, however
-// the server's clock moves. Tokens keep increasing even when the fence
-// key itself is lost in a failover or restart, as long as the servers'
-// clocks agree to better than the time between the lost grant and the
-// next one. Tokens are therefore large and not consecutive; they increase
-// per name, and the tokens of names that share a fence key are distinct.
+// carry a token lower than one it has seen. The fence key holds the
+// highest token granted in the lock's slot and is raised in the same
+// script as each grant, so deleting a lock's hash never lets a later token
+// of that name be smaller or equal, however the server's clock moves.
 //
-// Lease expiry is judged by the server's clock (TIME, in the scripts),
-// which makes a step of that clock unsafe. When the Redis server's clock
+// With [ClockTokens] (the default for Sentinel, Cluster and
+// [WaitReplicas]) a new token is max(fence+1, server time in µs): tokens
+// keep increasing even when the fence key itself is lost in a failover or
+// restart, as long as the servers' clocks agree to better than the time
+// between the lost grant and the next one. Without it (the default on a
+// single server) an uncontended grant takes fence+1, which spares the
+// server a clock read and about a third of the grant's cost; a fence key
+// that is missing (a restart without persistence) starts again at the
+// server time in µs, but a replica promoted with a fence behind the lost
+// grants can give a lost grant's token again, so turn ClockTokens on for a
+// single address that a failover can move. Contended grants always take
+// the clock form. Tokens are therefore large and not always consecutive;
+// they increase per name, and the tokens of names that share a fence key
+// are distinct.
+//
+// Lease expiry is judged by the server's clock (key expiry, and TIME in
+// the scripts), which makes a step of that clock unsafe. When the Redis server's clock
 // steps forward by more than a lease's remaining TTL, every lease looks
 // expired to the scripts at once: the lock is granted to the next owner
 // that asks, while the first holder's Client still reports its lease valid

@@ -9,3 +9,7 @@ func LockKey(prefix, name string) string { return newKeys(prefix, name, fenceOne
 // SetPubSubClient makes b's pub/sub connections with c instead of b's
 // client; call it before b's first waiter.
 func SetPubSubClient(b *Backend, c *goredis.Client) { b.mux.client = c }
+
+// ClockTokensOf reports whether b grants with clock tokens on its common
+// path (ClockTokens, or its default).
+func ClockTokensOf(b *Backend) bool { return b.acquire == acquireClockScript }

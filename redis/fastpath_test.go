@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,10 +59,9 @@ func resetStats(t testing.TB, admin *goredis.Client) {
 
 // TestUncontendedScriptCommands counts, with INFO commandstats, what the
 // scripts run for an uncontended Lock and Unlock (default and fair): to
-// acquire, one EXISTS (the hash is absent: its release deleted it), GET and
-// SET of the fence key, TIME, HSET and PEXPIREAT; to release, one
-// HMGET, GET of the fence key, TIME and DEL; nothing else (no queue
-// look-up, no PUBLISH).
+// acquire, one EXISTS (the hash is absent: its release deleted it), INCR
+// of the fence key, HSET and PEXPIRE; to release, one HMGET and DEL;
+// nothing else (no TIME, no queue look-up, no PUBLISH).
 func TestUncontendedScriptCommands(t *testing.T) {
 	srv := testserver.Redis(t)
 	admin := newClient(t, srv.Addr())
@@ -82,7 +82,7 @@ func TestUncontendedScriptCommands(t *testing.T) {
 			}
 		}
 		got := scriptCommands(t, admin)
-		want := map[string]int64{"evalsha": 2 * n, "hmget": n, "time": 2 * n, "get": 2 * n, "exists": n, "hset": n, "set": n, "pexpireat": n, "del": n}
+		want := map[string]int64{"evalsha": 2 * n, "exists": n, "incr": n, "hset": n, "pexpire": n, "hmget": n, "del": n}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%d uncontended Lock/Unlock pairs (options %d) ran %v, want %v", n, len(opts), got, want)
 		}
@@ -90,9 +90,11 @@ func TestUncontendedScriptCommands(t *testing.T) {
 }
 
 // TestGrantTokens checks the tokens of the scripts' common path (a free
-// lock without a queue): a new grant's token is above the last one even
-// when the last lease expired without a release, it is max(f+1, server
-// time in µs), and it is stored and returned exactly.
+// lock without a queue): the first token of a store without a fence key is
+// the server's time in µs; a new grant's token is the fence plus one, also
+// when the last lease expired without a release; a hash whose token is
+// ahead of the fence gives f+1; and tokens are stored and returned
+// exactly.
 func TestGrantTokens(t *testing.T) {
 	admin, ctx, b := scriptEnv(t)
 	serverMicros := func() uint64 {
@@ -122,8 +124,8 @@ func TestGrantTokens(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // the lease expires, nobody releases it
 	g2 := acquire("b", time.Minute)
-	if g2.Token <= g1.Token {
-		t.Errorf("token after expiry %d, want above %d", g2.Token, g1.Token)
+	if g2.Token != g1.Token+1 {
+		t.Errorf("token after expiry %d, want the fence plus one, %d", g2.Token, g1.Token+1)
 	}
 	if err := b.Release(ctx, dlock.Hold{Name: "tok", Owner: "a", Token: g1.Token, Handle: g1.Handle}); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Errorf("release of the expired hold: %v, want ErrLeaseLost", err)
@@ -263,5 +265,208 @@ func TestNonNumericFence(t *testing.T) {
 	}
 	if v := admin.HGetAll(ctx, "dlock:{nan}").Val(); len(v) != 1 || v["f"] != "abc" {
 		t.Errorf("the hash became %v", v)
+	}
+}
+
+// TestFastHoldLeaseEndsWithHash: a hold made by the common path keeps no
+// lease end x (the hash's expiry is the lease end), a renewal moves that
+// expiry, and a waiting attempt by another owner first writes x (the lease
+// end, unchanged) so that the hash may outlive the lease for the waiter,
+// after which the lease still ends on time and a release still frees it.
+func TestFastHoldLeaseEndsWithHash(t *testing.T) {
+	admin, ctx, b := scriptEnv(t)
+	key := dredis.LockKey("dlock", "x")
+	g, _, err := b.Acquire(ctx, dlock.Request{Name: "x", Owner: "me", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := admin.HGetAll(ctx, key).Val(); v["x"] != "" || v["o"] != "me" {
+		t.Fatalf("fast hold %v, want owner me and no x", v)
+	}
+	hold := dlock.Hold{Name: "x", Owner: "me", Token: g.Token, Handle: g.Handle}
+	if err := b.Renew(ctx, hold, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if p := admin.PTTL(ctx, key).Val(); p < 50*time.Second {
+		t.Fatalf("PTTL after a renewal to 1m: %v", p)
+	}
+	if v := admin.HGet(ctx, key, "x").Val(); v != "" {
+		t.Fatalf("a renewal of a fast hold wrote x %q", v)
+	}
+	_, w, err := b.Acquire(ctx, dlock.Request{Name: "x", Owner: "other", TTL: time.Minute, Wait: true})
+	var held *dlock.HeldError
+	if !errors.As(err, &held) || held.Holder.Owner != "me" {
+		t.Fatalf("waiting attempt: %v, want held by me", err)
+	}
+	w.Cancel(ctx)
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := admin.HGet(ctx, key, "x").Int64()
+	if left := time.Duration(x-now.UnixMilli()) * time.Millisecond; err != nil || left < 50*time.Second || left > time.Minute {
+		t.Fatalf("x after a waiting attempt: %d (%v left, %v), want the lease end, about 1m away", x, left, err)
+	}
+	if p := admin.PTTL(ctx, key).Val(); p < time.Minute {
+		t.Errorf("PTTL %v: the hash does not outlive the lease for the waiter", p)
+	}
+	if err := b.Renew(ctx, hold, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, hold); err != nil {
+		t.Fatal(err)
+	}
+	g2, _, err := b.Acquire(ctx, dlock.Request{Name: "x", Owner: "other", TTL: time.Minute})
+	if err != nil || g2.Token <= g.Token {
+		t.Fatalf("Acquire after the release: token %d, %v; want above %d", g2.Token, err, g.Token)
+	}
+}
+
+// TestFenceNotATokenUnchanged: a fence key whose value is an integer but
+// not a token (negative) makes an acquisition fail with ErrForeignData and
+// is left as it was, though the common path's INCR took it first.
+func TestFenceNotATokenUnchanged(t *testing.T) {
+	admin, ctx, b := scriptEnv(t)
+	if err := admin.Set(ctx, "dlock:fence", "-3", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := b.Acquire(ctx, dlock.Request{Name: "neg", Owner: "me", TTL: time.Minute})
+	if !errors.Is(err, dlock.ErrForeignData) || !strings.Contains(err.Error(), "dlock:fence") {
+		t.Errorf("Acquire with fence -3: %v, want ErrForeignData naming dlock:fence", err)
+	}
+	if v := admin.Get(ctx, "dlock:fence").Val(); v != "-3" {
+		t.Errorf("fence %q after the failed acquisition, want -3", v)
+	}
+	if n := admin.Exists(ctx, dredis.LockKey("dlock", "neg")).Val(); n != 0 {
+		t.Errorf("the failed acquisition left a lock hash")
+	}
+}
+
+// TestClockTokens: with ClockTokens every grant's token is at least the
+// server's time in µs, also when the fence key is behind (a replica that
+// missed the last grants took over), and the common path then runs TIME
+// and GETSET instead of INCR; a fence that does not hold a token is put
+// back as it was.
+func TestClockTokens(t *testing.T) {
+	srv := testserver.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, time.Minute)
+	b := newBackend(t, srv.Addr(), dredis.ClockTokens(true))
+	if !dredis.ClockTokensOf(b) {
+		t.Fatal("ClockTokens(true) is not in effect")
+	}
+	warmUpBackend(t, b)
+	var last uint64
+	for i := range 3 {
+		if err := admin.Set(ctx, "dlock:fence", 7, 0).Err(); err != nil { // far behind
+			t.Fatal(err)
+		}
+		resetStats(t, admin)
+		g, _, err := b.Acquire(ctx, dlock.Request{Name: "clock", Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := scriptCommands(t, admin)
+		want := map[string]int64{"evalsha": 1, "exists": 1, "time": 1, "getset": 1, "hset": 1, "pexpire": 1}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("grant %d ran %v, want %v", i, got, want)
+		}
+		now, err := admin.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= last || g.Token > uint64(now.UnixMicro()) || g.Token < uint64(now.Add(-10*time.Second).UnixMicro()) {
+			t.Fatalf("grant %d after a fence of 7: token %d, want above %d and the server's time in µs (%d)", i, g.Token, last, now.UnixMicro())
+		}
+		if f := admin.Get(ctx, "dlock:fence").Val(); f != strconv.FormatUint(g.Token, 10) {
+			t.Errorf("fence %q after grant %d, want %d", f, i, g.Token)
+		}
+		last = g.Token
+		if err := b.Release(ctx, dlock.Hold{Name: "clock", Owner: "o", Token: g.Token, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := admin.Set(ctx, "dlock:fence", "abc", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Acquire(ctx, dlock.Request{Name: "clock", Owner: "o", TTL: time.Minute}); !errors.Is(err, dlock.ErrForeignData) {
+		t.Errorf("Acquire with fence abc: %v, want ErrForeignData", err)
+	}
+	if f := admin.Get(ctx, "dlock:fence").Val(); f != "abc" {
+		t.Errorf("fence %q after the failed acquisition, want abc", f)
+	}
+}
+
+// TestClockTokensDefault: clock tokens are on by default where a replica
+// may take over (Sentinel, Cluster, WaitReplicas) and off on a single
+// server; ClockTokens, and clock_tokens in a URL, override either way.
+func TestClockTokensDefault(t *testing.T) {
+	single := func() goredis.UniversalClient { return goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) }
+	sentinel := func() goredis.UniversalClient {
+		return goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	}
+	cluster := func() goredis.UniversalClient {
+		return goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	}
+	for _, tc := range []struct {
+		name   string
+		client func() goredis.UniversalClient
+		opts   []dredis.Option
+		want   bool
+	}{
+		{"single", single, nil, false},
+		{"single+WaitReplicas", single, []dredis.Option{dredis.WaitReplicas(1, time.Second)}, true},
+		{"single+ClockTokens", single, []dredis.Option{dredis.ClockTokens(true)}, true},
+		{"sentinel", sentinel, nil, true},
+		{"cluster", cluster, nil, true},
+		{"cluster+ClockTokens(false)", cluster, []dredis.Option{dredis.ClockTokens(false)}, false},
+	} {
+		rdb := tc.client()
+		b, err := dredis.New(rdb, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dredis.ClockTokensOf(b); got != tc.want {
+			t.Errorf("%s: clock tokens %v, want %v", tc.name, got, tc.want)
+		}
+		b.Close()
+		rdb.Close()
+	}
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{{"redis://127.0.0.1:1?clock_tokens=true", true}, {"redis://127.0.0.1:1?wait_replicas=1&clock_tokens=false", false}} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, opts, err := dredis.ParseURL(u)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		rdb := single()
+		b, err := dredis.New(rdb, opts...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		if got := dredis.ClockTokensOf(b); got != tc.want {
+			t.Errorf("%s: clock tokens %v, want %v", tc.url, got, tc.want)
+		}
+		b.Close()
+		rdb.Close()
+	}
+}
+
+// warmUpBackend loads the scripts and opens a connection: one grant and
+// release of a name of its own.
+func warmUpBackend(t *testing.T, b *dredis.Backend) {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	g, _, err := b.Acquire(ctx, dlock.Request{Name: "warm-up", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, dlock.Hold{Name: "warm-up", Owner: "o", Token: g.Token, Handle: g.Handle}); err != nil {
+		t.Fatal(err)
 	}
 }

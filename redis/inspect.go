@@ -76,9 +76,11 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 		now := p.Time(ctx)
 		hm := make([]*goredis.SliceCmd, n)
 		ql := make([]*goredis.IntCmd, n)
+		ttl := make([]*goredis.DurationCmd, n)
 		for i, key := range chunk {
 			hm[i] = p.HMGet(ctx, key, "o", "n", "f", "x", "w", "s")
 			ql[i] = p.LLen(ctx, key+":queue")
+			ttl[i] = p.PTTL(ctx, key) // the lease end of a hold without x
 		}
 		// Single commands may fail (a key that changed type); the others
 		// are still good.
@@ -103,14 +105,17 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 			case err != nil || len(vals) < 6:
 				continue
 			default:
-				bad = hashFault(vals)
+				bad = hashFault(vals, ttl[i].Val())
 			}
 			if bad == "" && toStr(vals[0]) == "" {
 				continue // free
 			}
 			var left int64
 			if bad == "" {
-				if left = toInt(vals[3]) - nowMs; left <= 0 {
+				if left = toInt(vals[3]) - nowMs; vals[3] == nil {
+					left = ttl[i].Val().Milliseconds()
+				}
+				if left <= 0 {
 					continue // expired
 				}
 			}
@@ -129,8 +134,8 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 
 // hashFault says what makes a lock hash foreign data as the acquire
 // script judges it, or "" if nothing does. vals are its fields o, n, f,
-// x, w and s (nil when absent).
-func hashFault(vals []any) string {
+// x, w and s (nil when absent); pttl is the hash's PTTL (negative: none).
+func hashFault(vals []any, pttl time.Duration) string {
 	num := func(v any) (float64, bool) {
 		f, err := strconv.ParseFloat(strings.TrimSpace(toStr(v)), 64)
 		return f, err == nil
@@ -151,7 +156,9 @@ func hashFault(vals []any) string {
 		if c, ok := num(n); !ok || c < 1 || c != math.Trunc(c) {
 			return "count n of a hold is not a positive integer"
 		}
-		if _, ok := num(x); !ok {
+		if _, ok := num(x); x == nil && pttl < 0 {
+			return "a hold without expiry x has no TTL either"
+		} else if x != nil && !ok {
 			return "expiry x of a hold is not a number"
 		}
 	} else if n != nil {

@@ -11,10 +11,10 @@ import (
 
 // BenchmarkScriptCPU measures the server CPU time (INFO cpu, user and
 // system) per call of the acquire and release scripts on the common path (a
-// lock in use, free, no queue), and of bsm/redislock's scripts (v0.9.4) as
-// a yardstick. The calls go in pipelines of 500, so that the server's
-// network and event-loop work is shared out and the figures are mostly the
-// scripts' own; CPU time, unlike BenchmarkServerCost's usec_per_call, does
+// lock in use, free, no queue; the acquire script also with ClockTokens),
+// and of bsm/redislock's scripts (v0.9.4) as a yardstick. The calls go in
+// pipelines of 500, so that the server's network and event-loop work is
+// shared out and the figures are mostly the scripts' own; CPU time, unlike BenchmarkServerCost's usec_per_call, does
 // not count the time the server waits for a CPU on a busy machine.
 //
 //	go test -run XXX -bench ScriptCPU -benchtime 20x ./redis
@@ -26,12 +26,16 @@ func BenchmarkScriptCPU(b *testing.B) {
 	acq, rel := scriptCPU(b, c, "dlock", acquireScript.src, releaseScript.src, 4,
 		func(i int) []any { return []any{owner, 30000, "0123456789abcdef-" + strconv.Itoa(i), modeWait, 10000} },
 		func(v any) []any { return []any{owner, toStr(v), "0123456789abcdef"} })
+	clockAcq, _ := scriptCPU(b, c, "dlock-clock", acquireClockScript.src, releaseScript.src, 4,
+		func(i int) []any { return []any{owner, 30000, "0123456789abcdef-" + strconv.Itoa(i), modeWait, 10000} },
+		func(v any) []any { return []any{owner, toStr(v), "0123456789abcdef"} })
 	value := "0123456789abcdef0123456789abcdef"
 	pacq, prel := scriptCPU(b, c, "redislock", RedislockObtain, RedislockRelease, 1,
 		func(int) []any { return []any{value, 22, 30000} },
 		func(any) []any { return []any{value} })
 	b.ReportMetric(acq, "acquire-cpu-µs/call")
 	b.ReportMetric(rel, "release-cpu-µs/call")
+	b.ReportMetric(clockAcq, "acquire-clock-cpu-µs/call")
 	b.ReportMetric(pacq, "redislock-obtain-cpu-µs/call")
 	b.ReportMetric(prel, "redislock-release-cpu-µs/call")
 }

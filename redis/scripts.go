@@ -30,14 +30,17 @@ func newScript(name, src string) *script {
 //	o  holder's owner (absent when free)
 //	n  reentry count
 //	r  id of the request that made or last re-entered the hold
-//	x  end of the lease, server time in ms (TIME)
+//	x  end of the lease, server time in ms (TIME); absent when the lease
+//	   ends with the hash itself (its PTTL), as after a fast-path grant
 //	f  last token granted, which is also the holder's token
 //	w  length of the fair queue when last seen (0 or absent: no queue)
 //	s  server time (ms) until which a waiter that is not in the fair queue
 //	   may be waiting for a release notice (see below)
 //
-// Expiry is judged in the scripts against the server's clock (TIME), the
-// same clock Redis uses for PX. Fair locks also use a list (the queue, in
+// Expiry is judged against the server's clock, the same clock Redis uses
+// for PX: a hold without x is live while its hash exists, whose expiry is
+// the lease end (the common path needs no TIME); the full scripts write x
+// (now + PTTL) before they may make the hash outlive its lease. Fair locks also use a list (the queue, in
 // arrival order) and a sorted set (each queued waiter's deadline), which
 // expire a second after the last waiter's deadline.
 //
@@ -56,8 +59,15 @@ func newScript(name, src string) *script {
 // never deleted. A new token is max(fence+1, f+1, server time in µs) and
 // is written to the fence key in the same script, so deleting a lock's
 // hash never lets a later token of its name be smaller or equal; a
-// release that deletes a hash whose f is above the fence (the fence key
-// was lost) raises the fence to f first.
+// release that deletes a hash whose f is above the fence raises the fence
+// to f first. The server time keeps tokens increasing even if the fence
+// key is lost (a restart without persistence, a failover to a replica
+// that missed the last grants), provided the servers' clocks agree to
+// better than the time between the lost grant and the next. Without
+// clock tokens (see [ClockTokens]) the common path takes fence+1 by INCR
+// instead, without TIME: that still starts again at the server time when
+// the fence key is missing, but after a failover to a replica whose fence
+// is behind it may give a lost grant's token again.
 //
 // Every script reads each key it may write before its first write, so that
 // a key holding another type fails the script (WRONGTYPE) before anything
@@ -74,10 +84,6 @@ func newScript(name, src string) *script {
 // (its request id starts with the process's tag, ARGV) does not publish
 // either: the process wakes that waiter itself.
 //
-// The server time in µs in the token keeps tokens increasing even if the
-// fence key is lost (a restart without persistence, a failover to a
-// replica that missed the last grants), provided the servers' clocks agree
-// to better than the time between the lost grant and the next.
 
 // MaxToken is the largest fencing token: the scripts compute in Lua
 // numbers, which are doubles, exact up to 2^53. A lock whose token f is at
@@ -100,6 +106,14 @@ var maxTokenLua = strconv.FormatInt(MaxToken, 10)
 //
 // dropDead(now) removes up to 100 fair waiters whose deadline passed from
 // the queue and returns how many it removed.
+//
+// holdEnd(o, xv, now) returns the end (ms) of the hold whose owner and x
+// fields are o and xv: x, or for a hold without x the hash's own expiry,
+// which it then writes to x (so that keep may make the hash outlive the
+// lease); 0 without a holder; false for a hold without x or expiry.
+//
+// newToken(f, hw, t) returns a new token, max(f+1, hw+1, server time in
+// µs), and writes it to the fence key; t is TIME's reply.
 //
 // keep(now, at, w) makes the hash last at least until at (ms) and, if it
 // counts a fair queue (w > 0), as long as the queue does; it never shortens
@@ -127,6 +141,19 @@ local function dropDead(now)
   end
   return #dead
 end
+local function holdEnd(o, xv, now)
+  if xv then return tonumber(xv) end
+  if not o then return 0 end
+  local p = redis.call('PTTL', h)
+  if p < 0 then return false end
+  redis.call('HSET', h, 'x', now + p)
+  return now + p
+end
+local function newToken(f, hw, t)
+  local tok = math.max(f + 1, hw + 1, t[1] * 1000000 + t[2])
+  redis.call('SET', fk, string.format('%.0f', tok))
+  return tok
+end
 local function keep(now, at, w)
   if w > 0 then
     local p = redis.call('PTTL', q)
@@ -140,20 +167,52 @@ end
 
 // acquireFast is the acquire script's common case, ahead of its
 // definitions: a name without a hash (free, no waiters) and a fence key
-// that holds a token. It grants as the full script would (see newToken),
-// in EXISTS, GET, TIME, SET, HSET and PEXPIREAT and nothing else; anything
-// else falls through to the full script, which also reports foreign data.
+// that holds a token. It grants in EXISTS, INCR, HSET and PEXPIRE and
+// nothing else: the token is fence+1, and without x the lease ends with
+// the hash (TIME only when the fence key is missing: then the token is
+// the server time in µs, as newToken would give). Anything else falls
+// through to the full script, which also reports foreign data; an INCR of
+// a fence that does not hold a token is undone first.
 var acquireFast = `
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  local hw = tonumber(redis.call('GET', KEYS[4]) or 0)
-  if ` + redisconn.TokenLua("hw") + ` then
-    local t = redis.call('TIME')
-    local exp = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
-    local tok = math.max(hw + 1, t[1] * 1000000 + t[2])
-    redis.call('SET', KEYS[4], string.format('%.0f', tok))
-    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', '1', 'r', ARGV[3], 'x', exp, 'f', tok)
-    redis.call('PEXPIREAT', KEYS[1], exp)
-    return tok
+  local tok = redis.pcall('INCR', KEYS[4])
+  if type(tok) == 'number' then
+    if tok == 1 then
+      local t = redis.call('TIME')
+      tok = t[1] * 1000000 + t[2]
+      redis.call('SET', KEYS[4], string.format('%.0f', tok))
+    end
+    if tok > 1 and tok <= ` + maxTokenLua + ` then
+      redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', '1', 'r', ARGV[3], 'f', tok)
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return tok
+    end
+    redis.call('DECR', KEYS[4])
+  end
+end
+`
+
+// acquireClockFast is acquireFast with clock tokens ([ClockTokens]): the
+// token is max(fence+1, server time in µs), as newToken gives, at the cost
+// of TIME and a fence written with GETSET (and SET again when the clock
+// is behind the fence). A fence that does not hold a token is put back.
+var acquireClockFast = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local t = redis.call('TIME')
+  local tok = t[1] * 1000000 + t[2]
+  local old = redis.pcall('GETSET', KEYS[4], string.format('%.0f', tok))
+  if type(old) ~= 'table' then
+    local hw = tonumber(old or 0)
+    if ` + redisconn.TokenLua("hw") + ` then
+      if hw >= tok then
+        tok = hw + 1
+        redis.call('SET', KEYS[4], string.format('%.0f', tok))
+      end
+      redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', '1', 'r', ARGV[3], 'f', tok)
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+      return tok
+    end
+    redis.call('SET', KEYS[4], old)
   end
 end
 `
@@ -165,7 +224,7 @@ end
 //
 // Replies the token (an integer) for a new grant of a lock that was free
 // and had no fair queue: the common case, which on a name without a hash
-// takes one EXISTS, GET, TIME, SET, HSET and PEXPIREAT (acquireFast).
+// takes one EXISTS, INCR, HSET and PEXPIRE (acquireFast).
 // Otherwise {1, token, count} when granted, or {0, holder owner or "",
 // holder token or "", wait hint ms, queue length} when not.
 //
@@ -177,7 +236,14 @@ end
 // A free lock with a queue goes to the queue's head only, and when dropping
 // dead waiters makes another waiter the head of a free lock's queue, that
 // waiter is told.
-var acquireScript = newScript("acquire", acquireFast+stateSource+`
+var acquireScript = newScript("acquire", acquireFast+acquireFull)
+
+// acquireClockScript is acquireScript with clock tokens on its common path
+// too ([ClockTokens]).
+var acquireClockScript = newScript("acquireClock", acquireClockFast+acquireFull)
+
+// acquireFull is the acquire script past its common path.
+var acquireFull = stateSource + `
 local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w', 's')
 local hw, bad = fenceOf(redis.call('GET', fk))
@@ -190,29 +256,27 @@ if not f then
   f = 0
 elseif f < 0 or f % 1 ~= 0 then
   return foreign('token f is not a non-negative integer')
-elseif f >= `+maxTokenLua+` then
-  return foreign('token f is at the top of the range (`+maxTokenLua+`, the largest integer a Lua number holds exactly): no later token can be given')
+elseif f >= ` + maxTokenLua + ` then
+  return foreign('token f is at the top of the range (` + maxTokenLua + `, the largest integer a Lua number holds exactly): no later token can be given')
 end
-`+redisconn.HoldCheckLua("cur[1]", "cur[2]", "cur[5]")+`
+` + redisconn.HoldCheckLua("cur[1]", "cur[2]", "(cur[5] or 0)") + `
 if cur[6] and not tonumber(cur[6]) or cur[7] and not tonumber(cur[7]) then
   return foreign('queue length w or waiter hint s is not a number')
+end
+if cur[1] and not cur[5] and redis.call('PTTL', h) < 0 then
+  return foreign('a hold without expiry x has no TTL either')
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local exp = now + tonumber(ARGV[2])
-local x = tonumber(cur[5]) or 0
+local x = holdEnd(cur[1], cur[5], now)
 local held = cur[1] and x > now
 local w = tonumber(cur[6]) or 0
 local sv = tonumber(cur[7]) or 0
-local function newToken()
-  local tok = math.max(f + 1, hw + 1, t[1] * 1000000 + t[2])
-  redis.call('SET', fk, string.format('%.0f', tok))
-  return tok
-end
 if not held and w == 0 then
   -- Free, no fair queue: a new grant. The token goes to HSET and into the
   -- reply as a number (exact below 2^53; Redis writes it as an integer).
-  local tok = newToken()
+  local tok = newToken(f, hw, t)
   redis.call('HSET', h, 'o', owner, 'n', '1', 'r', rid, 'x', exp, 'f', tok)
   redis.call('PEXPIREAT', h, math.max(exp, sv))
   return tok
@@ -270,7 +334,7 @@ if head then
   redis.call('ZREM', qt, rid)
   qlen = qlen - 1
 end
-local tok = string.format('%.0f', newToken())
+local tok = string.format('%.0f', newToken(f, hw, t))
 if qlen ~= w then
   redis.call('HSET', h, 'o', owner, 'n', 1, 'r', rid, 'x', exp, 'f', tok, 'w', qlen)
 else
@@ -282,18 +346,27 @@ else
   keep(now, math.max(exp, sv), qlen)
 end
 return {1, tok, 1}
-`)
+`
 
 // renewScript extends a hold.
 //
 //	KEYS: lock hash
 //	ARGV: owner, token, ttl ms
 //
-// Replies {1}, or {0, holder owner or "", holder token or ""}. The hash's
-// expiry moves to the new lease end if that is later (a hash without an
-// expiry, from before reclamation, keeps none).
+// Replies {1}, or {0, holder owner or "", holder token or ""}. A hold
+// without x (its lease ends with the hash) gets a new expiry, without TIME;
+// otherwise x moves and the hash's expiry moves to the new lease end if
+// that is later (a hash without an expiry, from before reclamation, keeps
+// none).
 var renewScript = newScript("renew", `
 local cur = redis.call('HMGET', KEYS[1], 'o', 'f', 'x')
+if not cur[3] then
+  if cur[1] and cur[1] == ARGV[1] and cur[2] == ARGV[2] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return {1}
+  end
+  return {0, cur[1] or '', cur[2] or ''}
+end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if (tonumber(cur[3]) or 0) <= now then
@@ -309,7 +382,8 @@ end
 return {0, cur[1] or '', cur[2] or ''}
 `)
 
-// renewBatchScript extends many holds (all in one slot on a Cluster).
+// renewBatchScript extends many holds (all in one slot on a Cluster), as
+// renewScript does each.
 //
 //	KEYS: lock hash 1..n
 //	ARGV: owner, token, ttl ms for each key in turn
@@ -317,42 +391,48 @@ return {0, cur[1] or '', cur[2] or ''}
 // Replies one integer per key: 1 renewed, 0 not held by that owner and
 // token, -1 the key holds another type.
 var renewBatchScript = newScript("renewBatch", `
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now
 local res = {}
 for i, k in ipairs(KEYS) do
   local j = (i - 1) * 3
   local cur = redis.pcall('HMGET', k, 'o', 'f', 'x')
   if cur.err then
     res[i] = -1
-  elseif cur[1] == ARGV[j + 1] and cur[2] == ARGV[j + 2] and (tonumber(cur[3]) or 0) > now then
-    local x = now + tonumber(ARGV[j + 3])
-    redis.call('HSET', k, 'x', x)
-    local p = redis.call('PTTL', k)
-    if p >= 0 and now + p < x then redis.call('PEXPIREAT', k, x) end
+  elseif cur[1] ~= ARGV[j + 1] or cur[2] ~= ARGV[j + 2] then
+    res[i] = 0
+  elseif not cur[3] then
+    redis.call('PEXPIRE', k, ARGV[j + 3])
     res[i] = 1
   else
-    res[i] = 0
+    if not now then
+      local t = redis.call('TIME')
+      now = t[1] * 1000 + math.floor(t[2] / 1000)
+    end
+    if (tonumber(cur[3]) or 0) > now then
+      local x = now + tonumber(ARGV[j + 3])
+      redis.call('HSET', k, 'x', x)
+      local p = redis.call('PTTL', k)
+      if p >= 0 and now + p < x then redis.call('PEXPIREAT', k, x) end
+      res[i] = 1
+    else
+      res[i] = 0
+    end
   end
 end
 return res
 `)
 
 // releaseFast is the release script's common case, ahead of its
-// definitions: the last hold of a lock without a fair queue or a waiter
-// hint, and a fence key that holds a token. It frees the lock as the full
-// script would (drop), in HMGET, GET, TIME and DEL; anything else falls
-// through to the full script.
+// definitions: the last hold of a lock without x (its lease ends with the
+// hash, so a hash that is there is a live lease), a fair queue or a
+// waiter hint. It frees the lock as the full script would (drop), in HMGET
+// and DEL: its token came from the fence key, which is at least f already.
+// Anything else falls through to the full script.
 var releaseFast = `
 local cur = redis.call('HMGET', KEYS[1], 'o', 'n', 'f', 'x', 'w', 's')
-if cur[1] == ARGV[1] and cur[3] == ARGV[2] and cur[2] == '1' and not cur[5] and not cur[6] then
-  local hw, f = tonumber(redis.call('GET', KEYS[4]) or 0), tonumber(cur[3])
-  local t = redis.call('TIME')
-  if ` + redisconn.TokenLua("hw") + ` and f and (tonumber(cur[4]) or 0) > t[1] * 1000 + math.floor(t[2] / 1000) then
-    if f > hw then redis.call('SET', KEYS[4], cur[3]) end
-    redis.call('DEL', KEYS[1])
-    return 1
-  end
+if cur[1] == ARGV[1] and cur[3] == ARGV[2] and cur[2] == '1' and not (cur[4] or cur[5] or cur[6]) then
+  redis.call('DEL', KEYS[1])
+  return 1
 end
 `
 
@@ -375,7 +455,7 @@ end
 // A lock that frees with no fair queue left loses its hash (see drop).
 //
 // Replies 1 when the lock freed with no fair queue and no waiter to tell
-// (the common case, releaseFast: one HMGET, GET, TIME and DEL), else {1,
+// (the common case, releaseFast: one HMGET and DEL), else {1,
 // count left, queue head or "", handed-off token or ""}, or {0, holder
 // owner or "", holder token or ""}.
 var releaseScript = newScript("release", releaseFast+stateSource+`
@@ -384,7 +464,7 @@ local hw, bad = fenceOf(redis.call('GET', fk))
 if not hw then return bad end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if (tonumber(cur[4]) or 0) <= now then
+if (holdEnd(cur[1], cur[4], now) or 0) <= now then
   return {0, '', ''}
 end
 if cur[1] ~= ARGV[1] or cur[3] ~= ARGV[2] then
@@ -416,9 +496,7 @@ end
 if head ~= '' and head == ARGV[4] then
   redis.call('LPOP', q)
   redis.call('ZREM', qt, head)
-  local tok = math.max(f + 1, hw + 1, t[1] * 1000000 + t[2])
-  redis.call('SET', fk, string.format('%.0f', tok))
-  tok = string.format('%.0f', tok)
+  local tok = string.format('%.0f', newToken(f, hw, t))
   local exp = now + tonumber(ARGV[6])
   redis.call('HSET', h, 'o', ARGV[5], 'n', 1, 'r', head, 'x', exp, 'f', tok, 'w', qlen - 1)
   keep(now, math.max(exp, sv), qlen - 1)
@@ -467,7 +545,8 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local wasHead = redis.call('LINDEX', q, 0) == rid
 redis.call('ZSCORE', qt, rid)
-local undone, free = 0, not cur[1] or (tonumber(cur[4]) or 0) <= now
+local x = holdEnd(cur[1], cur[4], now) or 0
+local undone, free = 0, not cur[1] or x <= now
 if not free and cur[1] == ARGV[2] and cur[3] == rid then
   if not tonumber(cur[2]) then return redis.error_reply('DLOCKFOREIGN count n of a hold is not a number') end
   undone = 1
@@ -489,7 +568,7 @@ if redis.call('EXISTS', h) == 1 then
     drop(tonumber(cur[5]), hw)
   else
     redis.call('HSET', h, 'w', qlen)
-    if free then keep(now, sv, qlen) else keep(now, math.max(tonumber(cur[4]) or 0, sv), qlen) end
+    if free then keep(now, sv, qlen) else keep(now, math.max(x, sv), qlen) end
   end
 end
 if free and (wasHead or dead > 0) then

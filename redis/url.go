@@ -43,6 +43,7 @@ func init() { connect.Register(schemes, ParseURL, Open) }
 //	waiter_timeout=5s              WaiterTimeout
 //	wait_replicas=1                WaitReplicas, with
 //	wait_replicas_timeout=500ms    its timeout (default 1s)
+//	clock_tokens=true              ClockTokens
 //	connect_timeout=10s            ConnectTimeout
 //
 // A parameter given twice, or that neither dlock nor go-redis knows, is an
@@ -150,6 +151,7 @@ func queryOptions(q *urlq.Query) ([]Option, error) {
 		return nil, q.Errorf("wait_replicas_timeout without wait_replicas")
 	}
 	urlq.Add(&opts, connect.Param, urlq.ParsedBy(q, connect.ParseTimeout), ConnectTimeout)
+	urlq.Add(&opts, "clock_tokens", q.Bool, ClockTokens)
 	urlq.Add(&opts, "context_timeout_enabled", q.Bool, contextTimeouts)
 	return opts, nil
 }

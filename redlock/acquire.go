@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,9 +193,13 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 	if b.closed.Load() {
 		return dlock.Grant{}, attemptResult{}, fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
 	}
+	if err := b.admission.enter(ctx); err != nil {
+		return dlock.Grant{}, attemptResult{}, err
+	}
 	start := time.Now()
 	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, done: done, ch: make(chan nodeRes, len(b.nodes)*maxRounds)}
 	t, proposal := a.rounds(ctx, mode, ticket)
+	defer func() { b.admission.leave(a.late) }()
 	if t.ctxErr != nil || !t.quorum(b.quorum) {
 		err := b.attemptError(t)
 		return dlock.Grant{}, a.fail(t), err
@@ -241,6 +246,35 @@ func (t *tally) add(r nodeRes) {
 	}
 }
 
+// slowOnly reports whether the round missed a quorum only for masters
+// that did not answer within the node timeout, and would have had one had
+// they granted. A waiting Lock makes another round then (with the same
+// acquisition id, so a master that granted late counts once): in a burst
+// of acquisitions on a loaded machine, the answers of healthy masters can
+// come too late to be read in time, and the first attempt of a Lock is
+// the one that reports an unavailable store at once.
+func (t *tally) slowOnly(q int) bool {
+	if len(t.held) > 0 || len(t.failed) == 0 || t.nNew+len(t.stale)+len(t.failed) < q {
+		return false
+	}
+	for _, r := range t.failed {
+		if !isTimeout(r.err) {
+			return false
+		}
+	}
+	return true
+}
+
+// timedOut reports whether a master did not answer the round in time.
+func (t *tally) timedOut() bool {
+	return slices.ContainsFunc(t.failed, func(r nodeRes) bool { return isTimeout(r.err) })
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
 // quorum reports whether the round got a quorum of new grants, or of
 // reentries of the owner's hold; a mix of the two is the owner's other
 // hold on a minority (see complete).
@@ -266,8 +300,12 @@ func (a *attempt) rounds(ctx context.Context, mode string, ticket int64) (*tally
 		args := []any{a.req.Owner, dur.Ceil(a.req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
 		a.send(nctx, round, keys, args)
 		t := a.collect(ctx, round)
-		if t.ctxErr != nil || t.quorum(b.quorum) || len(t.stale) == 0 || round+1 >= maxRounds ||
-			t.nNew+len(t.stale)+n-t.got < b.quorum {
+		a.late = a.late || t.timedOut()
+		if t.ctxErr != nil || t.quorum(b.quorum) || round+1 >= maxRounds {
+			return t, proposal
+		}
+		stale := len(t.stale) > 0 && t.nNew+len(t.stale)+n-t.got >= b.quorum
+		if !stale && !(a.req.Wait && t.slowOnly(b.quorum)) {
 			return t, proposal
 		}
 		for _, r := range t.stale {

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,7 +97,13 @@ func (b *Backend) poolWorker(cd *conduit, fn func()) {
 
 // run calls script s on master i and waits for the answer or for ctx. A
 // call given up on may still be executed by the master, as a call that
-// timed out may.
+// timed out may. A call that queued behind others waits for its answer
+// past ctx's deadline: that deadline (the node timeout) bounds how long
+// the master takes to answer, and the queued call gets a node timeout of
+// its own when it is sent, so time spent in this client's queue (a burst
+// of many acquisitions at once) does not count as the master's. Only a
+// cancellation gives up a queued call. Safety does not depend on it: an
+// acquisition counts the whole time since it started against the TTL.
 func (b *Backend) run(ctx context.Context, i int, s *goredis.Script, keys []string, args ...any) *goredis.Cmd {
 	cd := &b.conduits[i]
 	c := &call{s: s, keys: keys, args: args}
@@ -115,6 +122,10 @@ func (b *Backend) run(ctx context.Context, i int, s *goredis.Script, keys []stri
 	case <-c.done:
 		return c.cmd
 	case <-ctx.Done():
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			<-c.done
+			return c.cmd
+		}
 		cmd := goredis.NewCmd(ctx)
 		cmd.SetErr(ctx.Err())
 		return cmd

@@ -46,7 +46,14 @@
 //	TTL − elapsed − (TTL × DriftFactor + 2ms)
 //
 // is still positive, elapsed measured on the monotonic clock from before
-// the first send. Otherwise, and whenever no quorum granted, the attempt
+// the first send. A Backend bounds the attempts under way at once (the
+// others wait their turn, before their clock starts; the bound, at most
+// 64, halves when a master answered an attempt too late and grows by one
+// with each attempt answered in time), and a call
+// queued in this process behind others to the same master is not timed
+// out for that wait: the node timeout bounds the master's answer. A
+// waiting Lock whose round missed a quorum only for masters that did not
+// answer within the node timeout makes another round, up to three. Otherwise, and whenever no quorum granted, the attempt
 // gives back at once, on every master it reached, whatever it may have got
 // there, and fails: with [dlock.ErrNotAcquired]
 // (a [*dlock.HeldError] naming the holder of most masters) when other
@@ -99,7 +106,8 @@
 // per lock, which outlives them for a while) and retries once notices show
 // enough free masters for a quorum (counting those that were free at its
 // last attempt), at the latest when the holder's shortest remaining lease
-// ends (and at least every second), and after a short random pause when
+// ends (and at least every 3 to 3.75 seconds, at random), and after a
+// short random pause when
 // contenders split the masters between them (it got masters, nobody got a
 // quorum, and all gave back; under 0.3ms for a contender that got all but
 // one of a quorum, 1-15ms for the others). A notice names one waiter, and
@@ -108,13 +116,16 @@
 // ticket (their arrival time by their own clock), so the masters agree on
 // the order and name the same waiter. Fair waiters queue in the fair
 // queue: a free lock with a fair queue goes to its head only, and the
-// notice names that head (the others keep their place with an attempt at
-// least every second). Other waiters queue in a wait queue that decides
+// notice names that head (the others keep their place with those
+// attempts). Other waiters queue in a wait queue that decides
 // nothing about grants: the notice names its head, and the release
 // promises the lock to that waiter for the node timeout, so that a
 // newcomer, which needs no notice, does not take it first; then anyone
 // may take it (a waiter that died holds the lock up no longer than that,
-// and one that gives up passes the promise on). A waiter that makes no
+// and one that gives up passes the promise on). Other waiters do not wait
+// the promise out: the release after the promised waiter's hold names the
+// next one, and if the promised waiter died, they learn that the lock is
+// free at their next attempt. A waiter that makes no
 // attempt for 5 seconds leaves the queues; and one that got the lock or
 // gave up leaves them at once, even on a master that queued it again
 // afterwards (an attempt's request that reached it late): the late answer

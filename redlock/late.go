@@ -53,6 +53,7 @@ type attempt struct {
 	relLate  []bool // per master: a grant answered while its release was under way
 	ch       chan nodeRes
 	maxTTL   atomic.Int64 // the longest TTL of a renewal of the hold
+	late     bool         // a master did not answer a round in time (see admission)
 }
 
 // lateLocked deals with a master's answer r that came after the

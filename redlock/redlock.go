@@ -38,6 +38,7 @@ type Backend struct {
 	workers   sync.WaitGroup // goroutines sending queued calls
 	pool      sync.WaitGroup // goroutines of the masters' pools (see spawn)
 	quit      chan struct{}  // closed by Close after b.bg: ends the pools
+	admission admission      // bounds the acquisition attempts under way
 }
 
 var _ dlock.Backend = (*Backend)(nil)

@@ -319,6 +319,23 @@ end
 // nobody loses its hash.
 var releaseScript = newScript(notifySource + stateSource + `
 if bad then return bad end
+-- The common case first: the hold's last release with nobody queued and
+-- nothing promised. Its outcome is the general path's (the fence key
+-- raised to the fence and the floor, the hash dropped, an empty notice)
+-- in fewer commands.
+if redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then
+  local c = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p', 'pt')
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  if c[1] == ARGV[1] and (tonumber(c[4]) or 0) > now and (ARGV[2] ~= '' and c[5] == ARGV[2] or c[3] == ARGV[3])
+      and c[2] == '1' and not c[6] and (tonumber(c[7]) or 0) <= now then
+    raise(tonumber(ARGV[6]))
+    raise(tonumber(c[5]))
+    redis.call('DEL', h)
+    notify(ARGV[4], '')
+    return {1, 0}
+  end
+end
 local queued = {}
 local wasHead = false
 for k = 2, 4, 2 do

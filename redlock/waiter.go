@@ -71,8 +71,15 @@ func (w *waiter) attempted(res attemptResult) {
 	w.mu.Unlock()
 }
 
-// maxWait bounds one wait without a notice.
-const maxWait = time.Second
+// maxWait bounds one wait without a notice or a holder's lease ending
+// (a Wait lasts up to a quarter more, at random, so that waiters spread
+// out). It is the fallback for a waiter that was named in a release
+// notice and died before it tried: the others learn that the lock is free
+// when their wait ends. Its attempts also keep the waiter's place in the
+// queues, which ends waiterTimeout after the last one, so it stays below
+// that. The waiters of a lock make about waiters/maxWait attempts a
+// second between them, whatever the number of releases.
+const maxWait = 3 * time.Second
 
 func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64, done *atomic.Bool) *waiter {
 	ch := b.channel(req.Name)
@@ -156,12 +163,17 @@ func (w *waiter) Wait(ctx context.Context) error {
 	d := maxWait
 	// The lease ends on the quorum-th master when enough of them let it
 	// go; waiting for the shortest remaining lease is early, never late.
+	// A promise of the free lock to another waiter (no owner) is not
+	// waited out: that waiter takes the lock and a later release names
+	// the next one, and if it died, maxWait is the fallback. Otherwise
+	// every waiter that saw a promise would try again when it ends, a
+	// herd at every release.
 	for _, r := range w.res.held {
-		if r.ttl > 0 && r.ttl < d {
+		if r.owner != "" && r.ttl > 0 && r.ttl < d {
 			d = r.ttl
 		}
 	}
-	d += time.Duration(rand.IntN(5)) * time.Millisecond
+	d += time.Duration(rand.Int64N(int64(d/4) + int64(5*time.Millisecond)))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

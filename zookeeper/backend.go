@@ -44,6 +44,7 @@ type Backend struct {
 	onLoss    func(dlock.Hold, error) // the Client's loss handler, see ReportLoss
 
 	wake   chan struct{}
+	jobs   chan func() // requests for idle workers (see run)
 	quit   chan struct{}
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -65,6 +66,7 @@ func newBackend(cfg config, desc string) *Backend {
 		changed: make(chan struct{}),
 		holds:   make(map[*hold]struct{}),
 		wake:    make(chan struct{}, 1),
+		jobs:    make(chan func()),
 		quit:    make(chan struct{}),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -332,7 +334,7 @@ func callLate[T any](b *Backend, ctx context.Context, f func() (T, error), late 
 	sent := time.Now()
 	done := make(chan result, 1)
 	var claimed atomic.Bool // by the caller giving up, or by the answer
-	go func() {
+	b.run(func() {
 		defer b.wg.Done()
 		v, err := f()
 		if answered(err) {
@@ -343,7 +345,7 @@ func callLate[T any](b *Backend, ctx context.Context, f func() (T, error), late 
 		} else if late != nil {
 			late(v, err)
 		}
-	}()
+	})
 	select {
 	case r := <-done:
 		return r.v, r.err
@@ -355,6 +357,40 @@ func callLate[T any](b *Backend, ctx context.Context, f func() (T, error), late 
 		return r.v, r.err
 	}
 }
+
+// run runs job on a worker goroutine: an idle one if there is one, else a
+// new one. Workers outlive their job for workerIdle, so that a busy
+// backend reuses goroutines whose stacks have already grown to what
+// go-zookeeper's encoding needs, instead of growing a new one for every
+// request. The caller holds a count of b.wg, so adding the new worker's
+// is safe beside Close's Wait.
+func (b *Backend) run(job func()) {
+	select {
+	case b.jobs <- job:
+		return
+	default:
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTimer(workerIdle)
+		defer t.Stop()
+		for {
+			job()
+			t.Reset(workerIdle)
+			select {
+			case job = <-b.jobs:
+			case <-t.C:
+				return
+			case <-b.quit:
+				return
+			}
+		}
+	}()
+}
+
+// workerIdle is how long a request goroutine waits for the next request.
+const workerIdle = 5 * time.Second
 
 // The requests the backend makes.
 

@@ -50,8 +50,8 @@ type lockResult struct {
 }
 
 // TestRequestCounts checks the cost of the operations in requests: an
-// uncontended acquisition is one multi (create + setData) and one children
-// read, a release one delete.
+// uncontended acquisition is one multi (create + setData, whose answer
+// shows the node is the only child), a release one delete.
 func TestRequestCounts(t *testing.T) {
 	// The production default: empty containers are reaped after a minute,
 	// not between two rounds of this test.
@@ -81,13 +81,47 @@ func TestRequestCounts(t *testing.T) {
 		}
 		released := b.Stats()
 		acq, rel := diff(before, acquired), diff(acquired, released)
-		if want := map[string]int64{"multi": 1, "getChildren2": 1}; !sameCounts(acq, want) {
+		if want := map[string]int64{"multi": 1}; !sameCounts(acq, want) {
 			t.Errorf("uncontended acquire sent %v, want %v", acq, want)
 		}
 		if want := map[string]int64{"delete": 1}; !sameCounts(rel, want) {
 			t.Errorf("release sent %v, want %v", rel, want)
 		}
 	}
+}
+
+// TestHandOffRequests checks that a waiter next in line is granted by the
+// holder's release without a request of its own: the watch on the holder's
+// node reports its deletion, and no node can be queued ahead of it.
+func TestHandOffRequests(t *testing.T) {
+	srv := zkServer(t)
+	servers := []string{srv.Addr()}
+	hb, wb := connect(t, servers), connect(t, servers)
+	holder, err := client(t, hb).Mutex("handoff").Lock(ctxT(t, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		res := lockWaiting(t, client(t, wb), "handoff", ctxT(t, time.Minute))
+		before := wb.Stats()
+		if err := holder.Unlock(ctxT(t, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		r := <-res
+		if r.err != nil {
+			t.Fatalf("round %d: waiter: %v", i, r.err)
+		}
+		if got := diff(before, wb.Stats()); len(got) != 0 {
+			t.Errorf("round %d: the waiter sent %v after the release, want nothing", i, got)
+		}
+		if r.l.Token() <= holder.Token() {
+			t.Errorf("round %d: token %d after %d", i, r.l.Token(), holder.Token())
+		}
+		// The next round's holder is on the other backend.
+		hb, wb = wb, hb
+		holder = r.l
+	}
+	holder.Unlock(ctxT(t, time.Minute))
 }
 
 func diff(a, b zookeeper.Stats) map[string]int64 {

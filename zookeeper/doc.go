@@ -43,13 +43,19 @@
 // Every lock name is a container node under the root, which the servers
 // delete once it is empty. An acquisition creates an EPHEMERAL_SEQUENTIAL
 // child carrying {"owner", "count"}, in one multi with a setData on the
-// container whose answer carries the child's czxid; the first child in
-// sequence order holds the lock. Children are named like Curator's
-// protected nodes (a random id), so that after a connection loss the
-// backend finds its node again instead of leaving an orphan. A waiter
-// watches only its immediate predecessor: a release wakes one waiter.
-// Uncontended, an acquisition costs two requests (the multi and a children
-// read) and a release one (a delete conditional on the data version).
+// container whose answer carries the child's czxid and the container's
+// count of children; the first child in sequence order holds the lock.
+// Children are named like Curator's protected nodes (a random id), so that
+// after a connection loss the backend finds its node again instead of
+// leaving an orphan. When the count says the new child is the only one,
+// it is first: an uncontended acquisition costs that one request, and a
+// release one (a delete conditional on the data version). Otherwise a
+// children read finds the node's place in the queue.
+//
+// A waiter watches only its immediate predecessor: a release wakes one
+// waiter. When that predecessor was the holder (nothing else ahead), its
+// deletion alone grants the waiter, since no node is ever queued ahead of
+// an existing one; otherwise the woken waiter reads the queue again.
 //
 // A request whose owner equals the holder's re-enters: it raises the count
 // with a conditional setData, withdraws its own child and gets the

@@ -38,17 +38,16 @@ func (b *Backend) checkTTL(ttl time.Duration) error {
 // node is first, or at once, with the holder's token, when the holder's
 // node carries req.Owner (reentrancy). Otherwise the node is deleted again
 // (TryLock), or kept with a watch on its immediate predecessor and returned
-// as the Waiter (Lock). Uncontended, that is two requests: a multi that
-// creates the node, and one children read.
+// as the Waiter (Lock). Uncontended, that is one request: the multi that
+// creates the node answers with the container's stat, whose count of
+// children says whether the node is the only one; otherwise a children
+// read follows.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := b.checkTTL(req.TTL); err != nil {
 		return dlock.Grant{}, nil, err
 	}
 	start := time.Now()
 	w := &waiter{b: b, req: req, parent: b.lockPath(req.Name)}
-	if err := w.create(ctx); err != nil {
-		return dlock.Grant{}, nil, err
-	}
 	g, err := w.decide(ctx, start, true)
 	switch {
 	case err == nil:
@@ -71,7 +70,10 @@ type waiter struct {
 	czxid   int64
 	session int64
 
+	alone   bool            // the node was the container's only child when made
 	watch   <-chan zk.Event // the predecessor's watch
+	head    bool            // the predecessor is the queue's head (the holder)
+	next    bool            // the head was deleted: the waiter's node is first
 	ready   bool            // look again without waiting
 	offline bool            // the last attempt failed for want of a connection
 }
@@ -89,6 +91,11 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		if w.path == "" {
 			if err := w.create(ctx); err != nil {
 				return dlock.Grant{}, err
+			}
+			if w.alone {
+				// Nobody holds the lock nor waits for it: granted by
+				// the create alone, as no later node can come first.
+				return w.grant(start), nil
 			}
 		}
 		q, idx, err := w.position(ctx)
@@ -134,7 +141,9 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		case !w.req.Wait:
 			return dlock.Grant{}, held
 		case holder.watched:
-			w.ready, w.watch = false, holder.watch
+			// The holder is the first node ahead that exists, so its
+			// deletion leaves the waiter's node first (see Wait).
+			w.ready, w.watch, w.head = false, holder.watch, true
 			return dlock.Grant{}, held
 		}
 		return dlock.Grant{}, w.watchPred(ctx, pred, held)
@@ -184,7 +193,7 @@ func (w *waiter) readHolder(ctx context.Context, ahead []child) (holderNode, err
 // return at once when pred has gone already, and returns held, the
 // request's answer for now.
 func (w *waiter) watchPred(ctx context.Context, pred string, held error) error {
-	w.ready, w.watch = false, nil
+	w.ready, w.watch, w.head = false, nil, false
 	p, err := w.b.get(ctx, pred, true)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
@@ -278,7 +287,10 @@ func (w *waiter) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 	select {
-	case <-w.watch:
+	case ev := <-w.watch:
+		// Nodes are never queued ahead of an existing one, so when the
+		// head that the waiter watched is deleted, the waiter is first.
+		w.next = w.head && ev.Type == zk.EventNodeDeleted
 	case <-b.sessionChanged():
 	case <-ctx.Done():
 		return ctx.Err()
@@ -294,6 +306,14 @@ func (w *waiter) Wait(ctx context.Context) error {
 // session; if the session ends, the waiter queues again).
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	start := time.Now()
+	if w.next {
+		// Woken by the deletion of the head: granted without reading
+		// the queue, if the node's session is still the connected one.
+		w.next = false
+		if sid, ok := w.b.session(); ok && sid == w.session && w.path != "" {
+			return w.grant(start), nil
+		}
+	}
 	g, err := w.decide(ctx, start, false)
 	if err != nil && errors.Is(err, dlock.ErrBackendUnavailable) && ctx.Err() == nil {
 		w.offline = true

@@ -14,17 +14,17 @@ import (
 // is written %XX, and the names "." and ".." have their dots escaped. So
 // "billing/nightly" is the node "billing%2Fnightly".
 func escape(name string) string {
-	var b strings.Builder
-	b.Grow(len(name))
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(name)+8)
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~' {
-			b.WriteByte(c)
+			b = append(b, c)
 			continue
 		}
-		fmt.Fprintf(&b, "%%%02X", c)
+		b = append(b, '%', hex[c>>4], hex[c&15])
 	}
-	s := b.String()
+	s := string(b)
 	if s == "." || s == ".." {
 		s = strings.Repeat("%2E", len(s))
 	}
@@ -94,9 +94,54 @@ type nodeData struct {
 	Count int    `json:"count"`
 }
 
+// encodeData writes a lock child's data. An owner of plain characters
+// (every default owner) is written directly, in the very bytes that
+// json.Marshal writes, without its reflection.
 func encodeData(owner string, count int) []byte {
-	b, _ := json.Marshal(nodeData{Owner: owner, Count: count})
-	return b
+	if !plainJSON(owner) {
+		b, _ := json.Marshal(nodeData{Owner: owner, Count: count})
+		return b
+	}
+	b := make([]byte, 0, len(owner)+len(dataHead)+len(dataMid)+8)
+	b = append(append(append(b, dataHead...), owner...), dataMid...)
+	return append(strconv.AppendInt(b, int64(count), 10), '}')
+}
+
+const (
+	dataHead = `{"owner":"`
+	dataMid  = `","count":`
+)
+
+// plainJSON reports whether s is printable ASCII that json.Marshal writes
+// as it is (no quote, backslash, or HTML character that it escapes).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// parsePlain reads data that encodeData wrote directly: owner of plain
+// characters and a count of at least 1 without leading zeros. ok is false
+// for anything else, which is then read by encoding/json.
+func parsePlain(b []byte) (d nodeData, ok bool) {
+	s := string(b)
+	rest, found := strings.CutPrefix(s, dataHead)
+	if !found {
+		return d, false
+	}
+	owner, num, found := strings.Cut(rest, dataMid)
+	num, closed := strings.CutSuffix(num, "}")
+	if !found || !closed || owner == "" || !plainJSON(owner) || len(num) == 0 || len(num) > 9 || num[0] < '1' || num[0] > '9' {
+		return d, false
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil {
+		return d, false
+	}
+	return nodeData{Owner: owner, Count: n}, true
 }
 
 // parseData reads a lock child's data strictly, for the holder's node that
@@ -105,8 +150,12 @@ func encodeData(owner string, count int) []byte {
 // is not ephemeral (dlock's nodes live with their session; any other
 // would hold the lock for ever). It says what is wrong.
 func parseData(b []byte, st *zk.Stat) (nodeData, string) {
-	var d nodeData
-	switch err := json.Unmarshal(b, &d); {
+	d, ok := parsePlain(b)
+	var err error
+	if !ok {
+		err = json.Unmarshal(b, &d)
+	}
+	switch {
 	case err != nil:
 		return d, fmt.Sprintf("its content %s is not dlock's JSON", quoteCut(b))
 	case d.Owner == "":
@@ -128,6 +177,9 @@ func quoteCut(b []byte) string {
 }
 
 func decodeData(b []byte) nodeData {
+	if d, ok := parsePlain(b); ok {
+		return d
+	}
 	var d nodeData
 	if json.Unmarshal(b, &d) != nil || d.Count < 1 {
 		d.Count = 1

@@ -48,10 +48,13 @@ func (w *waiter) create(ctx context.Context) error {
 		})
 		switch {
 		case err == nil && len(res) == 2 && res[1].Stat != nil:
-			// The setData's stat is the container's: its mzxid is the
-			// multi's zxid, which is the new node's czxid.
+			// The setData's stat is the container's after the create:
+			// its mzxid is the multi's zxid, which is the new node's
+			// czxid, and one child means the new node is the only one,
+			// so first in the queue without reading it.
 			sid, _ := b.session()
 			w.setNode(res[0].String, res[1].Stat.Mzxid, sid)
+			w.alone = res[1].Stat.NumChildren == 1
 			return nil
 		case err == nil:
 			return fmt.Errorf("zookeeper: unexpected multi answer %+v", res)
@@ -96,7 +99,7 @@ func (w *waiter) create(ctx context.Context) error {
 }
 
 func (w *waiter) setNode(path string, czxid, session int64) {
-	w.path, w.czxid, w.session = path, czxid, session
+	w.path, w.czxid, w.session, w.alone = path, czxid, session, false
 	w.name = path[strings.LastIndexByte(path, '/')+1:]
 }
 
