@@ -29,15 +29,15 @@ type waiter struct {
 	lastKA  time.Time // send time of the last successful keep-alive
 }
 
-// Wait returns when the predecessor's key is deleted (or the watch ends
-// for another reason), keeping the waiter's lease alive meanwhile.
+// Wait returns when the predecessor's key is deleted (or the backend's
+// watch of the lock ends for another reason), keeping the waiter's lease
+// alive meanwhile.
 //
-// The watch starts at the current revision rather than at the revision at
-// which the predecessor was seen: etcd serves a watch that starts in the
-// past from a loop that catches up every 100ms, which would add up to
-// 100ms to a hand-off. What the watch cannot see — a deletion between the
-// two revisions — a read of the predecessor after the watch is in place
-// does.
+// The deletion comes from the backend's long-lived watch of the lock's
+// prefix (see watchHub), so a wait costs etcd no request. When that watch
+// cannot tell whether the predecessor was deleted since the revision at
+// which it was seen (the watch is newer, or forgot that far back), a read
+// of the predecessor does.
 func (w *waiter) Wait(ctx context.Context) error {
 	if w.retry > 0 {
 		return dur.Sleep(ctx, backoff(w.retry))
@@ -45,25 +45,8 @@ func (w *waiter) Wait(ctx context.Context) error {
 	if w.pred == "" {
 		return ctx.Err()
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := w.b.cli.Watch(wctx, w.pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case resp, ok := <-wch:
-		if !ok || !resp.Created || resp.Canceled || resp.Err() != nil {
-			return ctx.Err() // look again
-		}
-		if resp.Header.Revision > w.seen {
-			gctx, gcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
-			g, err := w.b.cli.Get(gctx, w.pred)
-			gcancel()
-			if err != nil || len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.predRev {
-				return ctx.Err() // gone, or look again
-			}
-		}
-	}
+	sub := w.b.hub.subscribe(w.b.lockPrefix(w.req.Name), w.pred, w.seen)
+	defer sub.stop()
 	every := max(time.Duration(w.ttl)*time.Second/3, 100*time.Millisecond)
 	for {
 		t := time.NewTimer(time.Until(w.lastKA.Add(every)))
@@ -71,16 +54,23 @@ func (w *waiter) Wait(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case resp, ok := <-wch:
+		case <-sub.woken:
 			t.Stop()
-			if !ok || resp.Canceled || resp.Err() != nil {
-				return ctx.Err() // look again
+			if sub.ended {
+				// The watch ended (no leader, a compaction): a pause, so
+				// that a watch that cannot last is not reopened in a loop.
+				return dur.Sleep(ctx, backoff(1))
 			}
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return nil
-				}
+			return nil
+		case <-sub.read:
+			t.Stop()
+			gctx, gcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
+			g, err := w.b.cli.Get(gctx, w.pred)
+			gcancel()
+			if err != nil || len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.predRev {
+				return ctx.Err() // gone, or look again
 			}
+			sub.confirm(g.Header.Revision)
 		case <-t.C:
 			if l, ok := w.b.freshShared(w.h.leaseID()); ok {
 				// Another request of the backend kept the lease alive.
