@@ -131,7 +131,7 @@ func (a *acquisition) attempt(n int) (result, outcome) {
 			return result{err: err}, next
 		}
 	}
-	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive}
+	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive, reuse: n == 0}
 	tr, next, err := a.transact(actx, h)
 	if next != proceed {
 		return result{err: err}, next
@@ -159,10 +159,12 @@ func (a *acquisition) takeLease(actx context.Context) (outcome, error) {
 // predecessor; a keep-alive sent with it confirms the lease, unless it is
 // fresh.
 func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnResponse, outcome, error) {
-	put := clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id), clientv3.WithPrevKV())
+	put := clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id))
 	els := []clientv3.Op{clientv3.OpGet(a.lp, clientv3.WithFirstCreate()...)}
 	if a.req.Wait {
-		els = append(els, clientv3.OpGet(a.lp, clientv3.WithLastCreate()...), put)
+		// The previous value tells a key put by an earlier attempt.
+		els = append(els, clientv3.OpGet(a.lp, clientv3.WithLastCreate()...),
+			clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id), clientv3.WithPrevKV()))
 	}
 	var kac chan keepAliveResult
 	if !a.confirmed {

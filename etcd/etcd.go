@@ -109,6 +109,7 @@ type Backend struct {
 	leases  leases        // the shared leases, by TTL
 	tracked tracked       // the holds on them
 	seq     atomic.Uint64 // numbers the acquisitions' keys
+	keys    keyPool       // deleted keys, to use again
 	quit    chan struct{} // closed by Close
 
 	mu     sync.Mutex

@@ -92,7 +92,7 @@ func (hub *watchHub) subscribe(lp, key string, seen int64) *subscription {
 // will tell s of its key's deletion.
 func (s *subscription) judgeLocked() {
 	switch {
-	case s.lw.deleted[s.key] != 0:
+	case s.lw.deleted[s.key] > s.seen: // not an earlier use of the key
 		s.wakeLocked()
 	case s.seen < s.lw.floor:
 		select {
@@ -193,10 +193,12 @@ func (hub *watchHub) dispatch(lw *lockWatch, wch clientv3.WatchChan) {
 			if ev.Type != clientv3.EventTypeDelete {
 				continue
 			}
-			k := string(ev.Kv.Key)
-			lw.deleted[k] = ev.Kv.ModRevision
+			k, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+			lw.deleted[k] = rev
 			for _, s := range lw.subs[k] {
-				s.wakeLocked()
+				if rev > s.seen {
+					s.wakeLocked()
+				}
 			}
 		}
 		lw.pruneLocked()
