@@ -44,18 +44,34 @@
 // lowest create revision) and the key's predecessor. The key is on the
 // backend's shared lease for the TTL asked for (one per backend and TTL,
 // granted at first use, like an etcd Session's), and N numbers the
-// backend's acquisitions, so every acquisition has a key of its own. A
-// keep-alive sent with the transaction confirms the lease, unless a
+// backend's live keys, so every acquisition has a key of its own. A key
+// that a release deleted is used again by the backend's next acquisition
+// of the name (with a new create revision, so tokens still increase):
+// etcd keeps an index entry for every deleted key until its history is
+// compacted, and each read of a lock's prefix walks them all.
+// A keep-alive sent with the transaction confirms the lease, unless a
 // request of the backend confirmed it within the last eighth of its TTL:
 // then the grant counts from that confirmation. Uncontended, an
 // acquisition is one round trip and one write, a release one
-// compare-and-delete, and holding many locks costs one keep-alive per
-// renewal period, plus one read per 100 held keys. A waiter watches only
-// its immediate predecessor, so a release wakes one waiter; it is granted
-// only by a transaction that finds its own key first while its lease is
-// known to live a full TTL from the attempt (or from the confirmation the
-// grant counts from), so a waiter whose lease expired while it waited
-// (etcd issue 11456) gets [dlock.ErrLeaseLost], never the lock.
+// compare-and-delete (of a key not modified since its creation at the
+// token), and holding many locks costs one keep-alive per renewal period,
+// plus one read per 100 held keys.
+//
+// A waiter waits for the deletion of its immediate predecessor only, so a
+// release wakes one waiter. The deletions come from one long-lived watch
+// per lock with waiters, on the lock's prefix, shared by the backend's
+// waiters of that lock and kept 10 s after the last one left: a wait costs
+// etcd no request, and no hand-off waits for etcd's catch-up loop, which
+// serves every 100 ms a watch that was not current when it was registered
+// (with a watch per wait, that happened whenever a write landed during the
+// registration). The watch remembers recent deletions for a waiter that
+// subscribes after its predecessor's was dispatched; when it cannot tell,
+// the waiter reads its predecessor. A waiter is
+// granted only by a transaction that finds its own key first while its
+// lease is known to live a full TTL from the attempt (or from the
+// confirmation the grant counts from), so a waiter whose lease expired
+// while it waited (etcd issue 11456) gets [dlock.ErrLeaseLost], never the
+// lock.
 //
 // A key per acquisition, rather than one per Client and name (an etcd
 // Session's concurrency.Mutex), lets two goroutines that share a Client

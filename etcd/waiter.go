@@ -9,6 +9,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/dur"
 	"github.com/dlock-dev/dlock/internal/errkind"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -27,6 +28,34 @@ type waiter struct {
 	seen    int64     // a revision at which pred existed
 	retry   int       // attempts in a row that failed on etcd
 	lastKA  time.Time // send time of the last successful keep-alive
+
+	// older is every key before the waiter's at revision olderRev, when
+	// there were at most maxOlder (nil otherwise). Keys only ever join a
+	// queue at its end, so once the backend's watch has seen all of them
+	// deleted, and not the waiter's own, the waiter's key is the lowest:
+	// lowest says so, and a fresh shared lease then grants it without a
+	// read of the queue.
+	older    []string
+	olderRev int64
+	lowest   bool
+}
+
+// maxOlder is how many keys before its own an enqueued waiter reads.
+const maxOlder = 64
+
+// olderAt records the keys before the waiter's, read at revision rev
+// newest first, if rr holds them all.
+func (w *waiter) olderAt(rr *etcdserverpb.RangeResponse, rev int64) {
+	w.older = nil
+	if rr == nil || rr.Count > int64(len(rr.Kvs)) {
+		return
+	}
+	for _, kv := range rr.Kvs {
+		if kv.CreateRevision < w.rev {
+			w.older = append(w.older, string(kv.Key))
+		}
+	}
+	w.olderRev = rev
 }
 
 // Wait returns when the predecessor's key is deleted (or the backend's
@@ -61,6 +90,7 @@ func (w *waiter) Wait(ctx context.Context) error {
 				// that a watch that cannot last is not reopened in a loop.
 				return dur.Sleep(ctx, backoff(1))
 			}
+			w.lowest = w.older != nil && sub.allGone(w.older, w.olderRev, w.h.key, w.rev)
 			return nil
 		case <-sub.read:
 			t.Stop()
@@ -105,6 +135,18 @@ func (w *waiter) Wait(ctx context.Context) error {
 // confirmation (Grant.Age).
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	b, h := w.b, w.h
+	if w.lowest {
+		w.lowest = false
+		if l, ok := b.freshShared(h.leaseID()); ok {
+			// The watch saw the waiter's key become the lowest; the
+			// lease's last confirmation, within an eighth of its TTL,
+			// says the key lives a TTL from then.
+			w.lastKA = l.alive
+			h.kept(l.id, l.alive)
+			b.track(h)
+			return dlock.Grant{Token: uint64(w.rev), Count: 1, Handle: h, Age: max(time.Since(l.alive), 0)}, nil
+		}
+	}
 	lp := b.lockPrefix(w.req.Name)
 	sent := time.Now()
 	lease := h.leaseID()

@@ -124,6 +124,23 @@ func (s *subscription) confirm(rev int64) {
 	s.judgeLocked()
 }
 
+// allGone reports whether the watch has seen every one of keys, which
+// existed at revision rev, deleted, and not own, created at ownRev.
+func (s *subscription) allGone(keys []string, rev int64, own string, ownRev int64) bool {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	lw := s.lw
+	if lw == nil || !lw.ready || lw.floor > rev || lw.deleted[own] > ownRev {
+		return false
+	}
+	for _, k := range keys {
+		if lw.deleted[k] <= rev {
+			return false
+		}
+	}
+	return true
+}
+
 // stop withdraws the subscription.
 func (s *subscription) stop() {
 	hub := s.hub
