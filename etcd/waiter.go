@@ -30,7 +30,8 @@ type waiter struct {
 	lastKA  time.Time // send time of the last successful keep-alive
 
 	// older is every key before the waiter's at revision olderRev, when
-	// there were at most maxOlder (nil otherwise). Keys only ever join a
+	// there were at most maxOlder (nil otherwise: then the waiter watches
+	// its predecessor only). Keys only ever join a
 	// queue at its end, so once the backend's watch has seen all of them
 	// deleted, and not the waiter's own, the waiter's key is the lowest:
 	// lowest says so, and a fresh shared lease then grants it without a
@@ -40,8 +41,9 @@ type waiter struct {
 	lowest   bool
 }
 
-// maxOlder is how many keys before its own an enqueued waiter reads.
-const maxOlder = 64
+// maxOlder is how many keys before its own an enqueued waiter reads: a
+// waiter with more before it watches only its predecessor.
+const maxOlder = 8
 
 // olderAt records the keys before the waiter's, read at revision rev
 // newest first, if rr holds them all.
@@ -74,7 +76,15 @@ func (w *waiter) Wait(ctx context.Context) error {
 	if w.pred == "" {
 		return ctx.Err()
 	}
-	sub := w.b.hub.subscribe(w.b.lockPrefix(w.req.Name), w.pred, w.seen)
+	// A waiter near the head of the queue watches the lock's prefix, where
+	// it sees all the keys before its own go; one further back watches
+	// only its predecessor, so that a release is not sent to every client
+	// of a long queue.
+	target := w.pred
+	if w.older != nil {
+		target = w.b.lockPrefix(w.req.Name)
+	}
+	sub := w.b.hub.subscribe(target, w.pred, w.seen)
 	defer sub.stop()
 	every := max(time.Duration(w.ttl)*time.Second/3, 100*time.Millisecond)
 	for {

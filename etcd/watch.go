@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,9 +18,11 @@ const watchLinger = 10 * time.Second
 // that subscribe after the deletion was dispatched.
 const recentDeletes = 1024
 
-// watchHub multiplexes the backend's waiters over one long-lived etcd watch
-// per lock with waiters, on the lock's prefix, opened by its first waiter
-// and closed watchLinger after its last left. A watch per wait would cost
+// watchHub multiplexes the backend's waiters over long-lived etcd watches,
+// each on a lock's prefix (for waiters near the head of a queue) or on one
+// key (the predecessor of a waiter further back, so that a long queue of
+// many clients does not send every deletion to every client), opened by
+// its first waiter and closed watchLinger after its last left. A watch per wait would cost
 // a round trip per wait, and etcd serves a watch it could not put in its
 // "synced" group at creation (a write landed between its reading of the
 // current revision and the registration, common under contention) from a
@@ -32,9 +35,10 @@ type watchHub struct {
 	wg     sync.WaitGroup // the watches' dispatchers
 }
 
-// lockWatch is the watch on one lock's prefix and the waiters on it.
+// lockWatch is the watch on one lock's prefix, or on one key, and the
+// waiters on it.
 type lockWatch struct {
-	lp     string
+	lp     string // the prefix (ending in "/") or the key
 	cancel context.CancelFunc
 	ready  bool  // created: floor is known
 	floor  int64 // every deletion under lp after floor is in deleted or still to come
@@ -61,8 +65,9 @@ type subscription struct {
 	ended bool // by the end of the watch; set before woken is closed
 }
 
-// subscribe registers a waiter for the deletion of key, under the lock
-// prefix lp, which existed at revision seen. It never waits on etcd.
+// subscribe registers a waiter for the deletion of key, which existed at
+// revision seen, on the watch of lp: key's lock prefix, or key itself. It
+// never waits on etcd.
 func (hub *watchHub) subscribe(lp, key string, seen int64) *subscription {
 	s := &subscription{hub: hub, key: key, seen: seen, woken: make(chan struct{}), read: make(chan struct{}, 1)}
 	hub.mu.Lock()
@@ -171,7 +176,7 @@ func (s *subscription) stop() {
 	}
 }
 
-// openLocked starts the watch of the lock prefix lp.
+// openLocked starts the watch of lp, a lock prefix or a key.
 func (hub *watchHub) openLocked(lp string) *lockWatch {
 	// The watch outlives every waiter; it ends with the backend, after
 	// watchLinger without waiters, or when the member loses its leader.
@@ -181,7 +186,11 @@ func (hub *watchHub) openLocked(lp string) *lockWatch {
 		hub.byLock = make(map[string]*lockWatch)
 	}
 	hub.byLock[lp] = lw
-	wch := hub.b.cli.Watch(ctx, lp, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify(), clientv3.WithFilterPut()}
+	if strings.HasSuffix(lp, "/") {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	wch := hub.b.cli.Watch(ctx, lp, opts...)
 	hub.wg.Add(1)
 	go hub.dispatch(lw, wch)
 	return lw
