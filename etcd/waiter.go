@@ -49,7 +49,7 @@ const maxOlder = 8
 // newest first, if rr holds them all.
 func (w *waiter) olderAt(rr *etcdserverpb.RangeResponse, rev int64) {
 	w.older = nil
-	if rr == nil || rr.Count > int64(len(rr.Kvs)) {
+	if rr == nil || rr.More || rr.Count > int64(len(rr.Kvs)) {
 		return
 	}
 	for _, kv := range rr.Kvs {

@@ -137,3 +137,101 @@ func (s watchCreates) SendMsg(m any) error {
 	}
 	return s.ClientStream.SendMsg(m)
 }
+
+// Clients in a queue longer than the part a waiter reads at its enqueue
+// (so waiters both near the head and far back) exclude each other, and
+// their tokens increase in the order of the grants.
+func TestLongQueueExcludes(t *testing.T) {
+	srv := testserver.Etcd(t, fastElection)
+	eps := []string{srv.Endpoint()}
+	ctx := ctxT(t, 2*time.Minute)
+	const clients, rounds = 12, 5
+	var (
+		mu      sync.Mutex
+		holding bool
+		last    uint64
+		wg      sync.WaitGroup
+	)
+	for range clients {
+		c := client(t, eps, "long")
+		wg.Go(func() {
+			for range rounds {
+				l, err := c.Mutex("q").Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if holding {
+					t.Errorf("token %d granted while another client holds the lock", l.Token())
+				}
+				if l.Token() <= last {
+					t.Errorf("token %d granted after %d", l.Token(), last)
+				}
+				holding, last = true, l.Token()
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				holding = false
+				mu.Unlock()
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A waiter whose predecessor gives up while the holder still holds is not
+// granted: the watch saw one key before it go, not all of them.
+func TestCancelledPredecessorDoesNotGrant(t *testing.T) {
+	srv := testserver.Etcd(t, fastElection)
+	eps := []string{srv.Endpoint()}
+	ctx := ctxT(t, time.Minute)
+	h, w1, w2 := client(t, eps, "cancel"), client(t, eps, "cancel"), client(t, eps, "cancel")
+	held, err := h.Mutex("c").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1, cancel1 := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		_, err := w1.Mutex("c").Lock(ctx1)
+		gave <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // w1 is queued first
+	granted := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := w2.Mutex("c").Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- l
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel1()
+	if err := <-gave; err == nil {
+		t.Fatal("the cancelled waiter was granted")
+	}
+	select {
+	case <-granted:
+		t.Fatal("granted while the holder holds, after the waiter before it gave up")
+	case <-time.After(time.Second):
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-granted:
+		if l != nil {
+			if l.Token() <= held.Token() {
+				t.Errorf("token %d after %d", l.Token(), held.Token())
+			}
+			_ = l.Unlock(ctx)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not granted after the holder released")
+	}
+}
