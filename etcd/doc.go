@@ -59,7 +59,7 @@
 //
 // A waiter waits for the deletion of its immediate predecessor only, so a
 // release wakes one waiter. The deletions come from long-lived watches,
-// shared by the backend's waiters and kept 10 s after the last one left:
+// shared by the backend's waiters and kept 2 s after the last one left:
 // a wait costs etcd no request, and no hand-off waits for etcd's catch-up
 // loop, which serves every 100 ms a watch that was not current when it
 // was registered (with a watch per wait, that happened whenever a write

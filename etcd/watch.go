@@ -12,7 +12,7 @@ import (
 
 // watchLinger is how long a lock's watch stays open after its last waiter
 // left, so that a lock under steady contention keeps one watch.
-const watchLinger = 10 * time.Second
+const watchLinger = 2 * time.Second
 
 // recentDeletes bounds the deletions a lock's watch remembers for waiters
 // that subscribe after the deletion was dispatched.
