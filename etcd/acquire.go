@@ -131,7 +131,7 @@ func (a *acquisition) attempt(n int) (result, outcome) {
 			return result{err: err}, next
 		}
 	}
-	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive}
+	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive, reuse: n == 0}
 	tr, next, err := a.transact(actx, h)
 	if next != proceed {
 		return result{err: err}, next
@@ -159,10 +159,15 @@ func (a *acquisition) takeLease(actx context.Context) (outcome, error) {
 // predecessor; a keep-alive sent with it confirms the lease, unless it is
 // fresh.
 func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnResponse, outcome, error) {
-	put := clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id), clientv3.WithPrevKV())
+	put := clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id))
 	els := []clientv3.Op{clientv3.OpGet(a.lp, clientv3.WithFirstCreate()...)}
 	if a.req.Wait {
-		els = append(els, clientv3.OpGet(a.lp, clientv3.WithLastCreate()...), put)
+		// The previous value tells a key put by an earlier attempt.
+		// The keys before it, newest first: its predecessor, and all of
+		// them when there are few (see waiter.older).
+		els = append(els, clientv3.OpGet(a.lp, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxOlder)),
+			clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id), clientv3.WithPrevKV()))
 	}
 	var kac chan keepAliveResult
 	if !a.confirmed {
@@ -240,6 +245,7 @@ func (a *acquisition) answer(n int, tr *clientv3.TxnResponse, h *handle) (result
 	}
 	if pred := firstKV(tr, 1); pred != nil && pred.CreateRevision < w.rev {
 		w.pred, w.predRev, w.seen = string(pred.Key), pred.CreateRevision, tr.Header.Revision
+		w.olderAt(tr.Responses[1].GetResponseRange(), tr.Header.Revision)
 	}
 	a.keep = true
 	return result{w: w, err: heldError(holder)}, final

@@ -38,24 +38,48 @@
 //
 // # How it works
 //
-// The lock NAME lives under PREFIX/ESC(NAME)/ (ESC escapes "%" and "/"). An
-// acquisition puts PREFIX/ESC(NAME)/LEASEID-N, holding the owner and a hold
-// count, in one transaction that also reads the holder (the key with the
-// lowest create revision) and the key's predecessor. The key is on the
-// backend's shared lease for the TTL asked for (one per backend and TTL,
-// granted at first use, like an etcd Session's), and N numbers the
-// backend's acquisitions, so every acquisition has a key of its own. A
+// The lock NAME lives under PREFIX/ESC(NAME)/ (ESC escapes "%" and "/").
+// An acquisition puts PREFIX/ESC(NAME)/LEASEID-N, holding the owner and a
+// hold count, in one transaction that also reads the holder (the key with
+// the lowest create revision) and the key's predecessor. The key is on
+// the backend's shared lease for the TTL asked for (one per backend and
+// TTL, granted at first use, like an etcd Session's), and N numbers the
+// backend's live keys, so every acquisition has a key of its own. A key
+// that a release deleted is used again by the backend's next acquisition
+// of the name (with a new create revision, so tokens still increase):
+// etcd keeps an index entry for every deleted key until its history is
+// compacted, and each read of a lock's prefix walks them all. A
 // keep-alive sent with the transaction confirms the lease, unless a
 // request of the backend confirmed it within the last eighth of its TTL:
 // then the grant counts from that confirmation. Uncontended, an
 // acquisition is one round trip and one write, a release one
-// compare-and-delete, and holding many locks costs one keep-alive per
-// renewal period, plus one read per 100 held keys. A waiter watches only
-// its immediate predecessor, so a release wakes one waiter; it is granted
-// only by a transaction that finds its own key first while its lease is
-// known to live a full TTL from the attempt (or from the confirmation the
-// grant counts from), so a waiter whose lease expired while it waited
-// (etcd issue 11456) gets [dlock.ErrLeaseLost], never the lock.
+// compare-and-delete (of a key not modified since its creation at the
+// token), and holding many locks costs one keep-alive per renewal period,
+// plus one read per 100 held keys.
+//
+// A waiter waits for the deletion of its immediate predecessor only, so a
+// release wakes one waiter. The deletions come from long-lived watches,
+// shared by the backend's waiters and kept 2 s after the last one left:
+// a wait costs etcd no request, and no hand-off waits for etcd's catch-up
+// loop, which serves every 100 ms a watch that was not current when it
+// was registered (with a watch per wait, that happened whenever a write
+// landed during the registration). A waiter with at most 8 keys before
+// its own watches the lock's prefix; one further back watches its
+// predecessor's key only, so that a release in a long queue of many
+// clients is not sent to every client (the backend's keys are used again,
+// so a queue that cycles keeps its watches). A watch remembers recent
+// deletions for a waiter that subscribes after its predecessor's was
+// dispatched; when it cannot tell, the waiter reads its predecessor. The
+// enqueue also reads the keys before the waiter's (up to 8, keys only);
+// keys join a queue only at its end, so once the watch of the prefix has
+// seen all of them deleted, and not the waiter's own, the waiter's key is
+// the lowest, and a shared lease confirmed within the last eighth of its
+// TTL grants it with no request at all: a contended hand-off costs one
+// enqueue and one release. Otherwise a waiter is granted only by a
+// transaction that finds its own key first while its lease is known to
+// live a full TTL from the attempt (or from the confirmation the grant
+// counts from), so a waiter whose lease expired while it waited (etcd
+// issue 11456) gets [dlock.ErrLeaseLost], never the lock.
 //
 // A key per acquisition, rather than one per Client and name (an etcd
 // Session's concurrency.Mutex), lets two goroutines that share a Client

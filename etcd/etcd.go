@@ -104,10 +104,12 @@ type Backend struct {
 	prefix string
 	desc   string
 	ka     *keepAlives
+	hub    watchHub // the waiters' watches
 
 	leases  leases        // the shared leases, by TTL
 	tracked tracked       // the holds on them
 	seq     atomic.Uint64 // numbers the acquisitions' keys
+	keys    keyPool       // deleted keys, to use again
 	quit    chan struct{} // closed by Close
 
 	mu     sync.Mutex
@@ -144,6 +146,7 @@ func newBackend(cli *clientv3.Client, cfg config) *Backend {
 		bgSem:  make(chan struct{}, 64),
 		quit:   make(chan struct{}),
 	}
+	b.hub.b = b
 	b.desc = "etcd " + strings.Join(trimScheme(cli.Endpoints()), ",") + "/" + b.prefix
 	return b
 }
@@ -262,6 +265,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	close(b.quit)
 	b.mu.Unlock()
+	b.hub.close()
 	b.bg.Wait()
 	b.closeLeases()
 	b.ka.close()

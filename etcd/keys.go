@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -71,11 +73,80 @@ func (b *Backend) lockPrefix(name string) string {
 }
 
 // newKey returns the key of a new acquisition of name: the shared lease
-// it starts on (unique in the cluster) and a number unique in the backend,
-// so that the acquisitions of one backend, which share a lease, have keys
-// of their own.
+// it starts on (unique in the cluster) and a number unique among the
+// backend's live keys, so that the acquisitions of one backend, which share
+// a lease, have keys of their own. A key that the backend deleted at a
+// release is used again (see keyPool).
 func (b *Backend) newKey(name string, id clientv3.LeaseID) string {
-	return b.lockPrefix(name) + strconv.FormatInt(int64(id), 16) + "-" + strconv.FormatUint(b.seq.Add(1), 16)
+	own := b.lockPrefix(name) + strconv.FormatInt(int64(id), 16) + "-"
+	if k, ok := b.keys.take(name, own); ok {
+		return k
+	}
+	return own + strconv.FormatUint(b.seq.Add(1), 16)
+}
+
+// keyPool keeps, by lock name, keys of the backend that its releases
+// deleted, for the next acquisitions of the name. etcd keeps an index
+// entry for every deleted key until the history is compacted, and every
+// read of a lock's prefix walks them: a new key per acquisition made each
+// acquisition of a busy name slower than the last (on a server without
+// auto-compaction, for ever). Only keys put by a single answered attempt
+// are kept (no request that could re-create them can still be in flight),
+// and only after etcd confirmed their deletion; a re-created key has a
+// new create revision, so tokens still increase.
+type keyPool struct {
+	mu   sync.Mutex
+	free map[string][]string
+}
+
+const (
+	poolPerName = 8    // keys kept per lock name
+	poolNames   = 4096 // lock names with keys kept
+)
+
+// take returns a kept key of name that starts with own (the key prefix of
+// the lease it is for).
+func (p *keyPool) take(name, own string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	q := p.free[name]
+	for len(q) > 0 {
+		k := q[len(q)-1]
+		q = q[:len(q)-1]
+		if strings.HasPrefix(k, own) {
+			p.setLocked(name, q)
+			return k, true
+		}
+	}
+	p.setLocked(name, q)
+	return "", false
+}
+
+// put keeps key, of lock name, whose deletion etcd confirmed.
+func (p *keyPool) put(name, key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.free == nil {
+		p.free = make(map[string][]string)
+	}
+	q, ok := p.free[name]
+	if !ok && len(p.free) >= poolNames {
+		for n := range p.free { // make room: forget some name
+			delete(p.free, n)
+			break
+		}
+	}
+	if len(q) < poolPerName && !slices.Contains(q, key) {
+		p.free[name] = append(q, key)
+	}
+}
+
+func (p *keyPool) setLocked(name string, q []string) {
+	if len(q) == 0 {
+		delete(p.free, name)
+	} else {
+		p.free[name] = q
+	}
 }
 
 // nameOf returns the lock name of a key of this backend, or false.

@@ -14,13 +14,29 @@ import (
 // Reentrant holds of one key share nothing but the key; each has its own
 // handle.
 type handle struct {
-	name string
-	key  string
-	need int64 // the TTL asked for, whole seconds
+	name  string
+	key   string
+	need  int64 // the TTL asked for, whole seconds
+	reuse bool  // the key was put by one answered request: see keyPool
+	// resolved: the hold was found by its token, not made by this backend
+	resolved bool
 
 	mu    sync.Mutex
 	lease clientv3.LeaseID // the lease the key is on
 	alive time.Time        // send time of the last grant or keep-alive of lease that etcd answered
+	swept bool             // sweep deletes the key
+	freed bool             // the key was deleted at its release and may be used again
+}
+
+// free records that the release of h deleted its key, and reports whether
+// the key may be used again: not when sweep deletes it too (its plain
+// deletion could hit the key's next use).
+func (h *handle) free() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ok := h.reuse && !h.swept && !h.freed
+	h.freed = true
+	return ok
 }
 
 func (h *handle) leaseID() clientv3.LeaseID {
@@ -107,7 +123,7 @@ func (b *Backend) sweep(shared map[clientv3.LeaseID]bool) {
 	stale := make(map[string][]*handle)
 	for h := range t.m {
 		h.mu.Lock()
-		if shared[h.lease] && now.Sub(h.alive) > time.Duration(h.need)*time.Second {
+		if shared[h.lease] && !h.freed && now.Sub(h.alive) > time.Duration(h.need)*time.Second {
 			stale[h.key] = append(stale[h.key], h)
 		}
 		h.mu.Unlock()
@@ -119,9 +135,15 @@ func (b *Backend) sweep(shared map[clientv3.LeaseID]bool) {
 				delete(stale, h.key)
 			}
 		}
-		for _, hs := range stale {
+		for key, hs := range stale {
 			for _, h := range hs {
 				delete(t.m, h)
+				h.mu.Lock()
+				if h.freed { // released meanwhile
+					delete(stale, key)
+				}
+				h.swept = true
+				h.mu.Unlock()
 			}
 		}
 	}

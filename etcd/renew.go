@@ -88,7 +88,7 @@ func (b *Backend) resolve(ctx context.Context, h dlock.Hold) (*handle, error) {
 		return nil, lostf("etcd: the key of token %d is gone: its lease expired or was revoked, or it was released", h.Token)
 	}
 	kv := resp.Kvs[0]
-	return &handle{name: h.Name, key: string(kv.Key), lease: clientv3.LeaseID(kv.Lease)}, nil
+	return &handle{name: h.Name, key: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), resolved: true}, nil
 }
 
 // renewAll renews the items, setting each one's err.
@@ -208,9 +208,10 @@ const maxTxnOps = 100
 // readHeld reads the keys of the items (each on lease ids[i]). When more
 // than maxTxnOps of them are on one shared lease, one request for the keys
 // etcd has attached to that lease stands for their reads: a key of this
-// backend's acquisition (its name is unique to it) attached to the
-// backend's lease exists and is the hold's, since dlock never re-creates a
-// key. Those keys are in present, the others, read, in kvs.
+// backend's acquisition (its name is unique among its live keys) attached
+// to the backend's lease exists and is the hold's, since the backend uses
+// a key again only after the hold's release deleted it (keyPool). Those
+// keys are in present, the others, read, in kvs.
 func (b *Backend) readHeld(ctx context.Context, ids []clientv3.LeaseID, keys []string) (kvs map[string]*mvccpb.KeyValue, present map[string]bool, err error) {
 	per := make(map[clientv3.LeaseID]int)
 	for _, id := range ids {
@@ -372,10 +373,18 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 func (b *Backend) release(ctx context.Context, h *handle, owner string, token int64) error {
 	key := h.key
 	same := clientv3.Compare(clientv3.CreateRevision(key), "=", token)
-	// The common case, a single hold, in one request.
+	// The common case, a single hold, in one request: a key last modified
+	// at its creation, at the token, holds the one hold its acquisition
+	// wrote, for that acquisition's owner (the value is compared too when
+	// the hold was found by its token only), and is on the shared lease it
+	// was put on.
+	cmp := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", token)}
+	if h.resolved {
+		cmp = append(cmp, clientv3.Compare(clientv3.Value(key), "=", encode(owner, 1)))
+	}
 	tr, err := b.cli.Txn(ctx).
-		If(same, clientv3.Compare(clientv3.Value(key), "=", encode(owner, 1))).
-		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).
+		If(cmp...).
+		Then(clientv3.OpDelete(key)).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	for attempt := 0; ; attempt++ {
@@ -386,6 +395,9 @@ func (b *Backend) release(ctx context.Context, h *handle, owner string, token in
 			if dr := tr.Responses[0].GetResponseDeleteRange(); dr != nil {
 				for _, kv := range dr.PrevKvs {
 					b.revokeLater(clientv3.LeaseID(kv.Lease)) // unless shared
+				}
+				if dr.Deleted > 0 && h.free() {
+					b.keys.put(h.name, key)
 				}
 			}
 			return nil

@@ -9,6 +9,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/dur"
 	"github.com/dlock-dev/dlock/internal/errkind"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -27,17 +28,47 @@ type waiter struct {
 	seen    int64     // a revision at which pred existed
 	retry   int       // attempts in a row that failed on etcd
 	lastKA  time.Time // send time of the last successful keep-alive
+
+	// older is every key before the waiter's at revision olderRev, when
+	// there were at most maxOlder (nil otherwise: then the waiter watches
+	// its predecessor only). Keys only ever join a
+	// queue at its end, so once the backend's watch has seen all of them
+	// deleted, and not the waiter's own, the waiter's key is the lowest:
+	// lowest says so, and a fresh shared lease then grants it without a
+	// read of the queue.
+	older    []string
+	olderRev int64
+	lowest   bool
 }
 
-// Wait returns when the predecessor's key is deleted (or the watch ends
-// for another reason), keeping the waiter's lease alive meanwhile.
+// maxOlder is how many keys before its own an enqueued waiter reads: a
+// waiter with more before it watches only its predecessor.
+const maxOlder = 8
+
+// olderAt records the keys before the waiter's, read at revision rev
+// newest first, if rr holds them all.
+func (w *waiter) olderAt(rr *etcdserverpb.RangeResponse, rev int64) {
+	w.older = nil
+	if rr == nil || rr.More || rr.Count > int64(len(rr.Kvs)) {
+		return
+	}
+	for _, kv := range rr.Kvs {
+		if kv.CreateRevision < w.rev {
+			w.older = append(w.older, string(kv.Key))
+		}
+	}
+	w.olderRev = rev
+}
+
+// Wait returns when the predecessor's key is deleted (or the backend's
+// watch of the lock ends for another reason), keeping the waiter's lease
+// alive meanwhile.
 //
-// The watch starts at the current revision rather than at the revision at
-// which the predecessor was seen: etcd serves a watch that starts in the
-// past from a loop that catches up every 100ms, which would add up to
-// 100ms to a hand-off. What the watch cannot see — a deletion between the
-// two revisions — a read of the predecessor after the watch is in place
-// does.
+// The deletion comes from the backend's long-lived watch of the lock's
+// prefix (see watchHub), so a wait costs etcd no request. When that watch
+// cannot tell whether the predecessor was deleted since the revision at
+// which it was seen (the watch is newer, or forgot that far back), a read
+// of the predecessor does.
 func (w *waiter) Wait(ctx context.Context) error {
 	if w.retry > 0 {
 		return dur.Sleep(ctx, backoff(w.retry))
@@ -45,25 +76,16 @@ func (w *waiter) Wait(ctx context.Context) error {
 	if w.pred == "" {
 		return ctx.Err()
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := w.b.cli.Watch(wctx, w.pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case resp, ok := <-wch:
-		if !ok || !resp.Created || resp.Canceled || resp.Err() != nil {
-			return ctx.Err() // look again
-		}
-		if resp.Header.Revision > w.seen {
-			gctx, gcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
-			g, err := w.b.cli.Get(gctx, w.pred)
-			gcancel()
-			if err != nil || len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.predRev {
-				return ctx.Err() // gone, or look again
-			}
-		}
+	// A waiter near the head of the queue watches the lock's prefix, where
+	// it sees all the keys before its own go; one further back watches
+	// only its predecessor, so that a release is not sent to every client
+	// of a long queue.
+	target := w.pred
+	if w.older != nil {
+		target = w.b.lockPrefix(w.req.Name)
 	}
+	sub := w.b.hub.subscribe(target, w.pred, w.seen)
+	defer sub.stop()
 	every := max(time.Duration(w.ttl)*time.Second/3, 100*time.Millisecond)
 	for {
 		t := time.NewTimer(time.Until(w.lastKA.Add(every)))
@@ -71,16 +93,24 @@ func (w *waiter) Wait(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case resp, ok := <-wch:
+		case <-sub.woken:
 			t.Stop()
-			if !ok || resp.Canceled || resp.Err() != nil {
-				return ctx.Err() // look again
+			if sub.ended {
+				// The watch ended (no leader, a compaction): a pause, so
+				// that a watch that cannot last is not reopened in a loop.
+				return dur.Sleep(ctx, backoff(1))
 			}
-			for _, ev := range resp.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return nil
-				}
+			w.lowest = w.older != nil && sub.allGone(w.older, w.olderRev, w.h.key, w.rev)
+			return nil
+		case <-sub.read:
+			t.Stop()
+			gctx, gcancel := context.WithTimeout(ctx, attemptTimeout(w.req.TTL))
+			g, err := w.b.cli.Get(gctx, w.pred)
+			gcancel()
+			if err != nil || len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != w.predRev {
+				return ctx.Err() // gone, or look again
 			}
+			sub.confirm(g.Header.Revision)
 		case <-t.C:
 			if l, ok := w.b.freshShared(w.h.leaseID()); ok {
 				// Another request of the backend kept the lease alive.
@@ -115,6 +145,18 @@ func (w *waiter) Wait(ctx context.Context) error {
 // confirmation (Grant.Age).
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	b, h := w.b, w.h
+	if w.lowest {
+		w.lowest = false
+		if l, ok := b.freshShared(h.leaseID()); ok {
+			// The watch saw the waiter's key become the lowest; the
+			// lease's last confirmation, within an eighth of its TTL,
+			// says the key lives a TTL from then.
+			w.lastKA = l.alive
+			h.kept(l.id, l.alive)
+			b.track(h)
+			return dlock.Grant{Token: uint64(w.rev), Count: 1, Handle: h, Age: max(time.Since(l.alive), 0)}, nil
+		}
+	}
 	lp := b.lockPrefix(w.req.Name)
 	sent := time.Now()
 	lease := h.leaseID()
