@@ -73,6 +73,9 @@ type Engine struct {
 	pool   pool     // e.db through prepared statements
 	renews sync.Map // size → the text of renewSQL(size)
 
+	beats   beats    // the fair waiters' queue rows, refreshed together
+	beatSQL sync.Map // size → the text of beatRows's statement
+
 	ops     atomic.Uint64 // acquisitions and releases, for the sweep's turn
 	backlog atomic.Bool   // the last sweep deleted a full batch
 

@@ -197,21 +197,23 @@ func (l *Local) tried(s *slot) {
 	s.trying = false
 }
 
-// batonOut reports whether another plain waiter than s of its name was
-// woken by a release here and has not finished its attempt.
-func (l *Local) batonOut(s *slot) bool {
+// claim gives s, a plain waiter that found its lock free, the baton of
+// its name: it reports false, and s waits on, while another plain waiter
+// of the name here was woken or is trying; otherwise s is marked trying
+// until tried. So a change that another process committed, which every
+// waiter here sees, sends one of them to try, not all.
+func (l *Local) claim(s *slot) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := l.names[s.name]
-	if n == nil {
-		return false
-	}
-	for _, o := range n.slots {
-		if o != s && !o.fair && (o.woken || o.trying) {
-			return true
+	if n := l.names[s.name]; n != nil {
+		for _, o := range n.slots {
+			if o != s && !o.fair && (o.woken || o.trying) {
+				return false
+			}
 		}
 	}
-	return false
+	s.trying = true
+	return true
 }
 
 // signal wakes one waiter of name in this process (see Local) and drops
@@ -264,7 +266,7 @@ func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
 	s := n.look.s
 	age := time.Since(n.look.at)
 	s.remaining -= age
-	s.aheadTTL -= age
+	s.queueTTL -= age
 	return s, true
 }
 

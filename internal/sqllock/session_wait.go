@@ -97,11 +97,11 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		s.e.local.forget(w.req.Name)
 		return s.newSession(w.req, w.key, c, w.info, g, sent)
 	}
-	st, err := s.e.state(ctx, &s.e.pool, w.req.Name, NoSeq)
+	st, err := s.e.state(ctx, &s.e.pool, w.req.Name)
 	if err != nil {
 		return dlock.Grant{}, s.e.wrap(err)
 	}
-	refused := s.e.refusal(w.req.Name, st, w.req.Owner)
+	refused := s.e.refusal(w.req.Name, st, w.req.Owner, NoSeq)
 	if w.locked {
 		// The advisory lock is ours but the row is not free: its holder's
 		// connection died (or it is a lease-mode holder) and its lease
