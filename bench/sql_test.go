@@ -163,13 +163,13 @@ func openPool(db *sql.DB, mode string) {
 
 // sqlScale is the options of the scale workloads for a mode of a SQL
 // backend, whose statements n counts. Session mode holds a connection per
-// lease and per waiter, so it runs Herd with 10 waiters only and no Held:
-// the servers allow 100 (PostgreSQL) and 151 (MariaDB) connections by
-// default.
+// held lease, so it runs no Held: the servers allow 100 (PostgreSQL) and
+// 151 (MariaDB) connections by default. Its waiters take one connection
+// per name and process, so it runs every Herd.
 func sqlScale(mode string, n *atomic.Int64) []dlocktest.BenchOption {
 	opts := []dlocktest.BenchOption{dlocktest.StoreRequests(n.Load)}
 	if mode == "dlock-session" {
-		opts = append(opts, dlocktest.HeldSizes(), dlocktest.HerdSizes(10))
+		opts = append(opts, dlocktest.HeldSizes())
 	}
 	return opts
 }

@@ -34,7 +34,16 @@ type sessionWaiter struct {
 	changed  <-chan struct{}
 	fallback time.Duration // without a Feed: the next delay of looking again
 	ended    bool
+	// gate says the waiter holds its name's gate in the Local: the one
+	// turn of this process to wait in the server for the advisory lock.
+	// Without it a waiter waits in Wait for the gate, holding no
+	// connection.
+	gate bool
 }
+
+// gateKey is the key of the Local's lock that is the gate of name (see
+// sessionWaiter.gate).
+func gateKey(name string) string { return "\x00server\x00" + name }
 
 // attempt makes an attempt on the waiter's connection (taking one if it
 // has none): the grant on the row if c holds the advisory lock, else the
@@ -112,6 +121,14 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	if !w.req.Wait {
 		return dlock.Grant{}, refused
 	}
+	if !w.gate && !s.e.local.tryLockWrite(gateKey(w.req.Name)) {
+		// Another waiter of this process waits in the server: this one
+		// waits for its turn in Wait, and gives its connection back.
+		giveBack(w.c)
+		w.c = nil
+		return dlock.Grant{}, refused
+	}
+	w.gate = true
 	if err := w.startLock(ctx); err != nil {
 		return dlock.Grant{}, err
 	}
@@ -192,6 +209,13 @@ func (w *sessionWaiter) Wait(ctx context.Context) error {
 		return err
 	}
 	switch {
+	case w.lockCh == nil && !w.locked && !w.gate:
+		// Wait for this process's turn to wait in the server: the waiter
+		// ahead was granted or gave up.
+		if err := w.s.e.local.lockWrite(ctx, gateKey(w.req.Name)); err != nil {
+			return err
+		}
+		w.gate = true
 	case w.lockCh != nil:
 		select {
 		case err := <-w.lockCh:
@@ -267,9 +291,14 @@ func (w *sessionWaiter) Cancel(ctx context.Context) error {
 	return w.close()
 }
 
-// close ends the waiter's subscription and connection; see Cancel.
+// close ends the waiter's subscription and connection, and passes on
+// its gate; see Cancel.
 func (w *sessionWaiter) close() error {
 	s := w.s
+	if w.gate {
+		defer s.e.local.unlockWrite(gateKey(w.req.Name))
+		w.gate = false
+	}
 	if w.sub != nil {
 		w.sub.Close()
 		w.sub, w.changed = nil, nil
