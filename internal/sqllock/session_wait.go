@@ -49,10 +49,21 @@ func gateKey(name string) string { return "\x00server\x00" + name }
 // has none): the grant on the row if c holds the advisory lock, else the
 // first attempt; if that is refused and the request waits, the Lock
 // statement starts and attempt returns once the server has queued it.
+// A request that waits first takes its name's gate (see gate); while
+// another waiter of the process has it, attempt is refused at once,
+// without a statement.
 func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	s := w.s
 	if w.lockCh != nil {
 		return dlock.Grant{}, errorf(dlock.ErrNotAcquired, "still waiting in the server")
+	}
+	if w.req.Wait && !w.gate && !w.locked {
+		if !s.e.local.tryLockWrite(gateKey(w.req.Name)) {
+			// Another waiter of this process waits in the server: this
+			// one waits for its turn in Wait, holding no connection.
+			return dlock.Grant{}, errorf(dlock.ErrNotAcquired, "another waiter in this process waits for it in the server")
+		}
+		w.gate = true
 	}
 	if w.c == nil || w.interrupted {
 		if w.c != nil {
@@ -121,14 +132,6 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	if !w.req.Wait {
 		return dlock.Grant{}, refused
 	}
-	if !w.gate && !s.e.local.tryLockWrite(gateKey(w.req.Name)) {
-		// Another waiter of this process waits in the server: this one
-		// waits for its turn in Wait, and gives its connection back.
-		giveBack(w.c)
-		w.c = nil
-		return dlock.Grant{}, refused
-	}
-	w.gate = true
 	if err := w.startLock(ctx); err != nil {
 		return dlock.Grant{}, err
 	}
