@@ -30,8 +30,8 @@ import (
 // (stmts/acquire) and per release (stmts/release).
 //
 // The "dlock-session" rows are the same in session mode (postgres.Session:
-// an advisory lock on a connection of its own per held lock and per
-// waiter). The "pglock" rows are cirello.io/pglock with its defaults (a
+// an advisory lock on a connection of its own per held lock, and per name
+// and process waiting). The "pglock" rows are cirello.io/pglock with its defaults (a
 // 20 s lease, a heartbeat every 5 s, and a waiter that sleeps a whole lease
 // between attempts), each locker with its own *sql.DB over lib/pq keeping
 // 64 idle connections, in the same run on the same server.
@@ -94,7 +94,8 @@ func BenchmarkPostgres(b *testing.B) {
 // against one MariaDB server — the one at MYSQL_DSN (a go-sql-driver DSN),
 // or one started for the run. Statements are counted at the database/sql
 // driver interface. "dlock-session" is session mode (mysql.Session:
-// GET_LOCK on a connection of its own per held lock and per waiter).
+// GET_LOCK on a connection of its own per held lock, and per name and
+// process waiting).
 func BenchmarkMariaDB(b *testing.B) {
 	dsn := os.Getenv("MYSQL_DSN")
 	if dsn == "" {
@@ -222,11 +223,18 @@ func benchPglock(b *testing.B, dsn string) {
 		b.ReportMetric(float64(acq)/float64(b.N), "stmts/acquire")
 		b.ReportMetric(float64(rel)/float64(b.N), "stmts/release")
 	})
-	dlocktest.BenchLockers(b, func(b *testing.B) dlocktest.Locker {
+	// pglock's waiters sleep between attempts, so its Contended workloads
+	// run for a time, not for b.N grants (see dlocktest.BenchLockersFor).
+	dlocktest.BenchLockersFor(b, func(b *testing.B) dlocktest.Locker {
 		c, _ := newClient(b)
 		return pglockLocker{c}
-	})
+	}, pglockContended)
 }
+
+// pglockContended is how long pglock's Contended and Contended64 run:
+// each of its hand-offs waits out a waiter's sleep, so a few seconds
+// measure a few grants, which the rows report as grants/s and changes/s.
+const pglockContended = 10 * time.Second
 
 // pglockLocker is cirello.io/pglock's blocking Acquire and its Release.
 type pglockLocker struct{ c *pglock.Client }
