@@ -298,6 +298,12 @@ func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
 	}
 	s.remaining -= age
 	s.queueTTL -= age
+	// An expiry commits nothing, so no feed reports it, and a fair
+	// waiter's heartbeat is not reported either: once the holder's lease
+	// or the first fair waiter's row may have run out, the look is stale.
+	if n.look.s.remaining > 0 && s.remaining <= 0 || s.head != NoSeq && s.queueTTL <= 0 {
+		return lockState{}, false
+	}
 	return s, true
 }
 
