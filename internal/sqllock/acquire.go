@@ -192,8 +192,7 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 
 // Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
 // statement when granted. A fair request that will wait and is refused
-// then makes its attempt again and, if refused, takes its place in the
-// fair queue, in one transaction.
+// then takes its place in the fair queue.
 func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := e.checkOpen(); err != nil {
 		return dlock.Grant{}, nil, err
@@ -218,44 +217,37 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 		s   lockState
 	)
 	// The attempt alone first, in one statement: a free lock needs no
-	// more. Only when it is refused does the request take its place, in a
-	// transaction that tries again first.
+	// more. Only when it is refused does the request take its place: a
+	// row at the end of the queue, written without holding the lock's
+	// row, so that the release a waiter is waiting for is never held up
+	// by a newcomer. A release between the attempt and the queueing is
+	// not missed: the waiter subscribes to the feed, then looks.
 	err := e.writeName(ctx, req.Name, func(ctx context.Context) error {
 		var err error
-		g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
-		return err
-	})
-	if err == nil && ok {
-		e.local.forget(req.Name)
-		e.maybeSweep(ctx)
-		return g, nil, nil
-	}
-	if err != nil {
-		return dlock.Grant{}, nil, e.wrap(err)
-	}
-	sent := time.Now()
-	err = e.writeName(ctx, req.Name, func(ctx context.Context) error {
-		return e.tx(ctx, func(c *sql.Conn) error {
-			var err error
-			if g, ok, err = e.attempt(ctx, c, req, NoSeq); err != nil || ok {
-				return err
-			}
-			if s, err = e.state(ctx, c, req.Name); err != nil {
-				return err
-			}
-			if s.fault != "" {
-				return e.foreign(req.Name, s.fault) // rolled back: nothing queued
-			}
-			seq, err = e.enqueue(ctx, c, req)
+		if g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq); err != nil || ok {
 			return err
-		})
+		}
+		s, err = e.state(ctx, &e.pool, req.Name)
+		return err
 	})
 	switch {
 	case err != nil:
 		return dlock.Grant{}, nil, e.wrap(err)
 	case ok:
 		e.local.forget(req.Name)
+		e.maybeSweep(ctx)
 		return g, nil, nil
+	case s.fault != "":
+		return dlock.Grant{}, nil, e.foreign(req.Name, s.fault) // nothing queued
+	}
+	sent := time.Now()
+	err = e.writeName(ctx, req.Name, func(ctx context.Context) error {
+		var err error
+		seq, err = e.enqueue(ctx, &e.pool, req)
+		return err
+	})
+	if err != nil {
+		return dlock.Grant{}, nil, e.wrap(err)
 	}
 	return dlock.Grant{}, e.newWaiter(req, seq, sent), e.refusal(req.Name, s, req.Owner, NoSeq)
 }

@@ -317,9 +317,9 @@ func (w *waiter) refresh(ctx context.Context, c *sql.Conn) error {
 	return err
 }
 
-// Acquire makes the next attempt. A fair waiter's attempt, the removal of
-// its queue row when granted (or the refresh of the row when not) are one
-// transaction.
+// Acquire makes the next attempt. A fair waiter's attempt and the removal
+// of its queue row when granted (or the read of the state when not) are
+// one transaction; its row is kept alive by the shared beat.
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if w.ended {
 		return dlock.Grant{}, errEnded
@@ -360,9 +360,6 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 				_, err = c.ExecContext(ctx, w.e.q.dequeue, w.seq)
 				return err
 			}
-			if err := w.refresh(ctx, c); err != nil {
-				return err
-			}
 			s, err = w.e.state(ctx, c, w.req.Name)
 			return err
 		})
@@ -375,7 +372,6 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		w.end()
 		return g, nil
 	}
-	w.e.beats.set(w, w.seq, sent)
 	w.e.local.cache(w.req.Name, remote, s, sent)
 	w.pending = &pendingLook{s: s, local: local, remote: remote}
 	return dlock.Grant{}, w.e.refusal(w.req.Name, s, w.req.Owner, w.seq)
