@@ -111,8 +111,9 @@ const deferDelay = 5 * time.Millisecond
 // is done (then it returns ctx.Err()). It wakes on a release in this
 // process, on a change committed by another connection (the Feed), when
 // the holder's remaining TTL by the database's clock has passed, or when
-// the fair waiter ahead may have died. A fair waiter refreshes its queue
-// row every third of the waiter timeout meanwhile.
+// the first fair waiter may have died. A fair waiter's queue row is
+// refreshed every third of the waiter timeout meanwhile (see
+// Engine.beat).
 func (w *waiter) Wait(ctx context.Context) error {
 	if err := w.start(ctx); err != nil {
 		return err
