@@ -101,7 +101,8 @@
 // # Waking
 //
 // A trigger on the tables NOTIFYs the channel named after the lease table
-// whenever a lock is freed or a fair waiter leaves. While a Backend has
+// whenever a lock is freed or a fair waiter leaves a lock that is not held
+// (one leaving a held lock wakes nobody: the release will). While a Backend has
 // waiters, one connection LISTENs on it (a separate connection for
 // [Open], one taken from the pool for [New] and [NewPool]); waiters also
 // wake when the holder's remaining lease, as the database computed it,
