@@ -30,8 +30,8 @@ import (
 // (stmts/acquire) and per release (stmts/release).
 //
 // The "dlock-session" rows are the same in session mode (postgres.Session:
-// an advisory lock on a connection of its own per held lock and per
-// waiter). The "pglock" rows are cirello.io/pglock with its defaults (a
+// an advisory lock on a connection of its own per held lock, and per name
+// and process waiting). The "pglock" rows are cirello.io/pglock with its defaults (a
 // 20 s lease, a heartbeat every 5 s, and a waiter that sleeps a whole lease
 // between attempts), each locker with its own *sql.DB over lib/pq keeping
 // 64 idle connections, in the same run on the same server.
@@ -94,7 +94,8 @@ func BenchmarkPostgres(b *testing.B) {
 // against one MariaDB server — the one at MYSQL_DSN (a go-sql-driver DSN),
 // or one started for the run. Statements are counted at the database/sql
 // driver interface. "dlock-session" is session mode (mysql.Session:
-// GET_LOCK on a connection of its own per held lock and per waiter).
+// GET_LOCK on a connection of its own per held lock, and per name and
+// process waiting).
 func BenchmarkMariaDB(b *testing.B) {
 	dsn := os.Getenv("MYSQL_DSN")
 	if dsn == "" {
@@ -163,13 +164,13 @@ func openPool(db *sql.DB, mode string) {
 
 // sqlScale is the options of the scale workloads for a mode of a SQL
 // backend, whose statements n counts. Session mode holds a connection per
-// lease and per waiter, so it runs Herd with 10 waiters only and no Held:
-// the servers allow 100 (PostgreSQL) and 151 (MariaDB) connections by
-// default.
+// held lease, so it runs no Held: the servers allow 100 (PostgreSQL) and
+// 151 (MariaDB) connections by default. Its waiters take one connection
+// per name and process, so it runs every Herd.
 func sqlScale(mode string, n *atomic.Int64) []dlocktest.BenchOption {
 	opts := []dlocktest.BenchOption{dlocktest.StoreRequests(n.Load)}
 	if mode == "dlock-session" {
-		opts = append(opts, dlocktest.HeldSizes(), dlocktest.HerdSizes(10))
+		opts = append(opts, dlocktest.HeldSizes())
 	}
 	return opts
 }
@@ -222,11 +223,21 @@ func benchPglock(b *testing.B, dsn string) {
 		b.ReportMetric(float64(acq)/float64(b.N), "stmts/acquire")
 		b.ReportMetric(float64(rel)/float64(b.N), "stmts/release")
 	})
-	dlocktest.BenchLockers(b, func(b *testing.B) dlocktest.Locker {
+	// pglock's waiters sleep between attempts, so its Contended workloads
+	// run for a time, not for b.N grants (see dlocktest.BenchLockersFor).
+	dlocktest.BenchLockersFor(b, func(b *testing.B) dlocktest.Locker {
 		c, _ := newClient(b)
 		return pglockLocker{c}
-	})
+	}, pglockContended)
 }
+
+// pglockContended is how long pglock's Contended and Contended64 measure:
+// each of its hand-offs waits out a waiter's sleep, so a few seconds
+// measure a few grants, which the rows report as grants/s and changes/s
+// over the whole run. The Locks in flight when it ends still finish (up
+// to a waiter's sleep, 20 s, each), so a run takes about 80 s (8) and
+// 160 s (64) here, not the hours that b.N grants could take.
+const pglockContended = 10 * time.Second
 
 // pglockLocker is cirello.io/pglock's blocking Acquire and its Release.
 type pglockLocker struct{ c *pglock.Client }

@@ -76,6 +76,21 @@ const ContendedWork = 100 * time.Microsecond
 // each call stands for a separate process with its own connection.
 // Contended runs 8 contenders, Contended64 64.
 func BenchLockers(b *testing.B, newLocker func(b *testing.B) Locker) {
+	benchLockers(b, newLocker, 0)
+}
+
+// BenchLockersFor is [BenchLockers] with the Contended workloads measured
+// for the time d instead of b.N grants (they then ignore b.N): for a
+// library whose hand-off waits out a poll of seconds, where b.N grants,
+// sized by the framework from the first uncontended grant, could take
+// hours.
+func BenchLockersFor(b *testing.B, newLocker func(b *testing.B) Locker, d time.Duration) {
+	benchLockers(b, newLocker, d)
+}
+
+// benchLockers is BenchLockers, with the Contended workloads measured for
+// d if it is positive.
+func benchLockers(b *testing.B, newLocker func(b *testing.B) Locker, d time.Duration) {
 	prefix := "dlockbench/" + randHex(6) + "/"
 	ctx := context.Background()
 	b.Run("Uncontended", func(b *testing.B) {
@@ -96,7 +111,12 @@ func BenchLockers(b *testing.B, newLocker func(b *testing.B) Locker) {
 			for i := range lockers {
 				lockers[i] = newLocker(b)
 			}
-			report(b)(contended(ctx, lockers, prefix+name, ContendedWork, opsSpan(b.N, b.ResetTimer)))
+			sp := opsSpan(b.N, b.ResetTimer)
+			if d > 0 {
+				sp = timeSpan(d)
+				sp.onBegin = b.ResetTimer
+			}
+			report(b)(contended(ctx, lockers, prefix+name, ContendedWork, sp))
 		})
 	}
 }

@@ -19,14 +19,14 @@ import (
 //
 // Its Schema also creates a trigger that sends NOTIFY on the channel of
 // the lease table (see channel) whenever a lock is freed (its owner cleared) or a fair
-// waiter leaves the queue: the release stays one statement, and waiters in
+// waiter leaves the queue of a lock that is not held: the release stays one statement, and waiters in
 // other processes LISTEN instead of polling. The statements run under a
 // transaction-level advisory lock, so that processes that start at once
 // do not race on the catalog.
 var pgDialect = sqllock.Dialect{
 	Name:      "postgres",
 	Rebind:    rebindDollar,
-	Now:       "(floor(extract(epoch from now()) * 1000)::bigint)",
+	Now:       pgNow,
 	Max:       "GREATEST",
 	Returning: true,
 	// A statement whose server stopped answering is given up on.
@@ -43,6 +43,9 @@ var pgDialect = sqllock.Dialect{
 	FenceFirst: true,
 	Reclaim:    postgresReclaim,
 }
+
+// pgNow is the database's clock in milliseconds since the Unix epoch.
+const pgNow = "(floor(extract(epoch from now()) * 1000)::bigint)"
 
 // pgBuckets is the number of fence rows: acquisitions of names in
 // different buckets never wait for one another there.
@@ -136,8 +139,15 @@ func postgresSchema(locks, waiters string) []string {
 	expires_at BIGINT NOT NULL
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + waiters + `_name ON ` + waiters + ` (name, seq)`,
+		// A fair waiter that leaves while the lock is held (the one just
+		// granted it, or one that gave up) wakes nobody: those behind it
+		// wait for the holder's release, which notifies.
 		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
+	IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM ` + locks + ` l WHERE l.name = OLD.name
+		AND l.owner <> '' AND l.holds > 0 AND l.expires_at > ` + pgNow + `) THEN
+		RETURN NULL;
+	END IF;
 	PERFORM pg_notify('` + ch + `', '');
 	RETURN NULL;
 END

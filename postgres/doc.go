@@ -17,12 +17,16 @@
 // their statements at once without connecting per operation; in
 // lease-table mode that is also the most it opens. Set it with
 // [PoolMaxConns] or the URL's pool_max_conns=N. Session mode takes one
-// more connection out of the pool per held lock and per waiter, and does
-// not cap them. [New] and [NewPool] leave the caller's pool as it is.
+// more connection out of the pool per held lock, and one per name that
+// this process waits for (its other waiters of the name wait in the
+// process for their turn to wait in the server), and does not cap them. [New] and [NewPool] leave the caller's pool as it is.
 //
-// In lease-table mode the writes of one name in one process take turns,
-// and so do the looks of its waiters (a herd looks once per change, on
-// one connection); different names run at once. The Client renews the leases that are due
+// In lease-table mode the statements of one name in one process take
+// turns: its writes, and the looks of its waiters, fair or not (a herd
+// looks once per change, on one connection, and one of its plain waiters
+// tries); different names run at once. The fair waiters' queue rows are
+// kept alive by one UPDATE per 256 waiters of the process every third of
+// the waiter timeout. The Client renews the leases that are due
 // together: one UPDATE per 256 leases with the same TTL.
 //
 // # Maximum TTL
@@ -97,7 +101,8 @@
 // # Waking
 //
 // A trigger on the tables NOTIFYs the channel named after the lease table
-// whenever a lock is freed or a fair waiter leaves. While a Backend has
+// whenever a lock is freed or a fair waiter leaves a lock that is not held
+// (one leaving a held lock wakes nobody: the release will). While a Backend has
 // waiters, one connection LISTENs on it (a separate connection for
 // [Open], one taken from the pool for [New] and [NewPool]); waiters also
 // wake when the holder's remaining lease, as the database computed it,
@@ -166,8 +171,8 @@
 //     vanished with its host is bounded only by TCP keepalives
 //     (tcp_keepalives_idle on the server).
 //
-// Budget: one connection per held lock plus one per waiter, and the
-// listener; size max_connections for it. Close closes them all. Statements
+// Budget: one connection per held lock plus one per name waited for,
+// and the listener; size max_connections for it. Close closes them all. Statements
 // (counted in the tests): an uncontended acquisition 1, a re-entry on the
 // same Backend 1, a renewal 1, a release 1; a refused TryLock 2 (the
 // attempt and the holder's row for the error).

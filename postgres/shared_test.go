@@ -42,3 +42,7 @@ func TestBoundedRows(t *testing.T) { sqllocktest.BoundedRows(t, target) }
 func TestChurn(t *testing.T)       { sqllocktest.ChurnModes(t, target) }
 func TestUpgrade(t *testing.T)     { sqllocktest.UpgradeTable(t, target) }
 func TestSilentLink(t *testing.T)  { sqllocktest.SilentLink(t, target) }
+
+// TestHerd: many waiters on one name in one process take a bounded number
+// of connections, in both modes, fair or not.
+func TestHerd(t *testing.T) { sqllocktest.Herd(t, target) }

@@ -134,11 +134,11 @@
 // # Fair mode
 //
 // With [dlock.Fair], a waiter that finds the lock held takes a place in the
-// waiters table (an AUTOINCREMENT sequence) in the same transaction as its
-// attempt; only the live waiter with the lowest sequence may take a free
-// lock while fair waiters are queued, so grants follow arrival order. A
-// waiter refreshes its row every third of the waiter timeout (default 5s,
-// [WaiterTimeout]) while it waits; the row of a process that died drops
+// waiters table (an AUTOINCREMENT sequence); only the live waiter with the
+// lowest sequence may take a free lock while fair waiters are queued, so
+// grants follow arrival order. The rows of a process's waiters are
+// refreshed together (one UPDATE per 256) every third of the waiter
+// timeout (default 5s, [WaiterTimeout]) while they wait; the row of a process that died drops
 // out after the timeout, and a waiter that gives up deletes its row at
 // once.
 package sqlite

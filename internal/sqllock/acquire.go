@@ -84,10 +84,15 @@ type lockState struct {
 	token     uint64
 	holds     int
 	remaining time.Duration // of the holder's lease; <= 0 when expired
-	ahead     int           // live fair waiters queued before the asker
-	aheadTTL  time.Duration // remaining life of the first of them to expire
+	head      int64         // the sequence of the first live fair waiter; NoSeq if none
+	queueTTL  time.Duration // remaining life of the first live fair waiter to expire
 	fault     string        // what makes the row (or its waiter rows) foreign data; "" if none
 }
+
+// ahead reports whether a live fair waiter is queued before seq. The
+// state does not depend on who asks, so one look serves every waiter of
+// the process, fair or not.
+func (s lockState) ahead(seq int64) bool { return s.head < seq }
 
 // held reports whether another owner than owner holds the lock.
 func (s lockState) heldByOther(owner string) bool {
@@ -101,43 +106,50 @@ func (s lockState) heldBy(owner string) bool {
 
 // mayAcquire reports whether an attempt by owner at queue position seq
 // could succeed.
-func (s lockState) mayAcquire(owner string) bool {
-	return s.fault == "" && (s.heldBy(owner) || !s.heldByOther(owner) && s.ahead == 0)
+func (s lockState) mayAcquire(owner string, seq int64) bool {
+	return s.fault == "" && (s.heldBy(owner) || !s.heldByOther(owner) && !s.ahead(seq))
 }
 
-func (e *Engine) state(ctx context.Context, q querier, name string, seq int64) (lockState, error) {
+// state reads the state of name's lock on q.
+func (e *Engine) state(ctx context.Context, q querier, name string) (lockState, error) {
 	var (
 		s        lockState
 		r        rawRow
 		now      int64
-		aheadExp sql.NullInt64
+		head     sql.NullInt64
+		queueExp sql.NullInt64
 	)
 	// The columns are read as stored and checked here (see RowOK), so that
 	// a row dlock did not write is reported, not a Scan error.
 	var exists int64
-	ok, err := queryOne(ctx, q, e.q.state, []any{seq, seq, name},
-		&r.owner, &r.token, &r.holds, &r.expires, &now, &s.ahead, &aheadExp, &r.badWaiters, &exists)
+	ok, err := queryOne(ctx, q, e.q.state, []any{name},
+		&r.owner, &r.token, &r.holds, &r.expires, &now, &head, &queueExp, &r.badWaiters, &exists)
 	if err != nil || !ok {
 		return lockState{}, err
 	}
 	s.exists = exists == 1
 	s.fault = e.checkRow(r, now, &s)
-	if aheadExp.Valid {
-		s.aheadTTL = time.Duration(aheadExp.Int64-now) * time.Millisecond
+	s.head = NoSeq
+	if head.Valid {
+		s.head = head.Int64
+	}
+	if queueExp.Valid {
+		s.queueTTL = time.Duration(queueExp.Int64-now) * time.Millisecond
 	}
 	return s, nil
 }
 
-// refusal is the error of an attempt on name refused in state s.
-func (e *Engine) refusal(name string, s lockState, owner string) error {
+// refusal is the error of an attempt on name by owner at queue position
+// seq, refused in state s.
+func (e *Engine) refusal(name string, s lockState, owner string, seq int64) error {
 	if s.fault != "" {
 		return e.foreign(name, s.fault)
 	}
 	if s.heldByOther(owner) {
 		return &dlock.HeldError{Holder: dlock.Holder{Owner: s.owner, Token: s.token, TTL: s.remaining}}
 	}
-	if s.ahead > 0 {
-		return errorf(dlock.ErrNotAcquired, "free, but %d fair waiter(s) are queued first", s.ahead)
+	if s.ahead(seq) {
+		return errorf(dlock.ErrNotAcquired, "free, but fair waiter(s) are queued first")
 	}
 	return errorf(dlock.ErrNotAcquired, "taken and released by others meanwhile")
 }
@@ -145,7 +157,9 @@ func (e *Engine) refusal(name string, s lockState, owner string) error {
 // try makes the attempts of a request that is not in the fair queue: when
 // an attempt is refused but the state read right after says the lock is
 // free, it tries again (a few times), so that a refusal comes with the
-// holder that caused it. It returns that state with the refusal.
+// holder that caused it. It returns that state with the refusal. Each
+// attempt and its read take one turn of the name (see writeName), so that
+// a herd of this process's waiters uses one connection.
 func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockState, error) {
 	var s lockState
 	for range 3 {
@@ -155,7 +169,10 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 		)
 		err := e.writeName(ctx, req.Name, func(ctx context.Context) error {
 			var err error
-			g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
+			if g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq); err != nil || ok {
+				return err
+			}
+			s, err = e.state(ctx, &e.pool, req.Name)
 			return err
 		})
 		if err != nil {
@@ -166,25 +183,16 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 			e.maybeSweep(ctx)
 			return g, s, nil
 		}
-		err = e.retry(ctx, func(ctx context.Context) error {
-			var err error
-			s, err = e.state(ctx, &e.pool, req.Name, NoSeq)
-			return err
-		})
-		if err != nil {
-			return dlock.Grant{}, s, e.wrap(err)
-		}
-		if !s.mayAcquire(req.Owner) {
+		if !s.mayAcquire(req.Owner, NoSeq) {
 			break
 		}
 	}
-	return dlock.Grant{}, s, e.refusal(req.Name, s, req.Owner)
+	return dlock.Grant{}, s, e.refusal(req.Name, s, req.Owner, NoSeq)
 }
 
 // Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
 // statement when granted. A fair request that will wait and is refused
-// then makes its attempt again and, if refused, takes its place in the
-// fair queue, in one transaction.
+// then takes its place in the fair queue.
 func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := e.checkOpen(); err != nil {
 		return dlock.Grant{}, nil, err
@@ -198,7 +206,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	if !(req.Fair && req.Wait) {
 		g, _, err := e.try(ctx, req)
 		if err != nil && req.Wait && errors.Is(err, dlock.ErrNotAcquired) {
-			return dlock.Grant{}, e.newWaiter(req, NoSeq), err
+			return dlock.Grant{}, e.newWaiter(req, NoSeq, time.Time{}), err
 		}
 		return g, nil, err
 	}
@@ -209,45 +217,39 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 		s   lockState
 	)
 	// The attempt alone first, in one statement: a free lock needs no
-	// more. Only when it is refused does the request take its place, in a
-	// transaction that tries again first.
+	// more. Only when it is refused does the request take its place: a
+	// row at the end of the queue, written without holding the lock's
+	// row, so that the release a waiter is waiting for is never held up
+	// by a newcomer. A release between the attempt and the queueing is
+	// not missed: the waiter subscribes to the feed, then looks.
 	err := e.writeName(ctx, req.Name, func(ctx context.Context) error {
 		var err error
-		g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq)
-		return err
-	})
-	if err == nil && ok {
-		e.local.forget(req.Name)
-		e.maybeSweep(ctx)
-		return g, nil, nil
-	}
-	if err != nil {
-		return dlock.Grant{}, nil, e.wrap(err)
-	}
-	err = e.writeName(ctx, req.Name, func(ctx context.Context) error {
-		return e.tx(ctx, func(c *sql.Conn) error {
-			var err error
-			if g, ok, err = e.attempt(ctx, c, req, NoSeq); err != nil || ok {
-				return err
-			}
-			if s, err = e.state(ctx, c, req.Name, NoSeq); err != nil {
-				return err
-			}
-			if s.fault != "" {
-				return e.foreign(req.Name, s.fault) // rolled back: nothing queued
-			}
-			seq, err = e.enqueue(ctx, c, req)
+		if g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq); err != nil || ok {
 			return err
-		})
+		}
+		s, err = e.state(ctx, &e.pool, req.Name)
+		return err
 	})
 	switch {
 	case err != nil:
 		return dlock.Grant{}, nil, e.wrap(err)
 	case ok:
 		e.local.forget(req.Name)
+		e.maybeSweep(ctx)
 		return g, nil, nil
+	case s.fault != "":
+		return dlock.Grant{}, nil, e.foreign(req.Name, s.fault) // nothing queued
 	}
-	return dlock.Grant{}, e.newWaiter(req, seq), e.refusal(req.Name, s, req.Owner)
+	sent := time.Now()
+	err = e.writeName(ctx, req.Name, func(ctx context.Context) error {
+		var err error
+		seq, err = e.enqueue(ctx, &e.pool, req)
+		return err
+	})
+	if err != nil {
+		return dlock.Grant{}, nil, e.wrap(err)
+	}
+	return dlock.Grant{}, e.newWaiter(req, seq, sent), e.refusal(req.Name, s, req.Owner, NoSeq)
 }
 
 // enqueue adds req to the end of the fair queue, sweeping out the waiters

@@ -18,9 +18,11 @@
 // grant) and expires_at (milliseconds since the Unix epoch by the
 // database's clock). The waiters table (the lease table's name +
 // "_waiters") is the fair queue: one row per waiting fair acquisition,
-// ordered by an increasing sequence, each with its own expires_at that
-// the waiter refreshes while it waits, so that the waiter of a process
-// that died drops out after [Config.WaiterTimeout]. The fence table (+
+// ordered by an increasing sequence, each with its own expires_at, so
+// that the waiter of a process that died drops out after
+// [Config.WaiterTimeout]. The rows of a process's fair waiters are
+// refreshed together, one UPDATE per 256 of them every third of the
+// waiter timeout, sent by the first of them whose refresh is due. The fence table (+
 // "_fence") has a constant number of rows ([Dialect.Buckets]: 64, or 1 on
 // SQLite), each the high-water mark of the tokens of the deleted lease
 // rows of the names in its bucket.
@@ -77,9 +79,10 @@
 //     and the owner cleared at zero (and the row deleted by the trigger).
 //   - Renew is one UPDATE, checked the same way. RenewBatch renews many
 //     holds in one transaction.
-//   - A fair acquisition that must wait makes its attempt and takes its
-//     place in the queue in one transaction; a fair waiter's later attempt
-//     and the removal of its queue row on success are one transaction too.
+//   - A fair acquisition that must wait takes its place in the queue
+//     after its refused attempt, without holding the lock's row; a fair
+//     waiter's later attempt and the removal of its queue row on success
+//     are one transaction.
 //
 // # Waking
 //
@@ -96,11 +99,22 @@
 //   - the current generation of the cross-process [Feed], closed when
 //     another connection committed anything. Every waiter then needs a new
 //     look, and one look per name and generation, kept in the Local,
-//     serves all the waiters of the process.
+//     serves all the waiters of the process, fair or not (the look does
+//     not depend on the asker: it names the first live fair waiter). Of
+//     the plain waiters that find the lock free, one tries (it claims the
+//     name's baton); the others wait for its outcome. Without a Feed a
+//     look serves the others for 20 ms.
+//
+// All statements of one name in one process take turns (with
+// ConcurrentWrites: one turn per name), so a herd of waiters uses one
+// connection per name and process. In session mode, one waiter per name
+// and process waits in the server; the others wait for that turn in the
+// process, holding no connection.
 //
 // If the look says the lock is still held, the wait is also bounded by
 // the holder's remaining TTL as the database computed it (an expiry
-// commits nothing, so no feed reports it), by the expiry of the fair
-// waiter ahead, and by the waiter's own heartbeat. Without a Feed, a
+// commits nothing, so no feed reports it), by the expiry of the first
+// live fair waiter, and by the waiter's heartbeat; a shared look is not
+// served past either expiry. Without a Feed, a
 // waiter looks again at an interval that backs off from 5 ms to 100 ms.
 package sqllock

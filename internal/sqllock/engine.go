@@ -19,8 +19,8 @@ type Config struct {
 	Table string
 
 	// WaiterTimeout is how long a fair waiter's queue entry lives without
-	// a heartbeat; a waiter refreshes it every third of that while it
-	// waits. A waiter whose process died holds up those behind it for at
+	// a heartbeat; the process's waiters refresh theirs together every
+	// third of that while they wait. A waiter whose process died holds up those behind it for at
 	// most this long. Default [DefaultWaiterTimeout]; minimum
 	// [MinWaiterTimeout].
 	WaiterTimeout time.Duration
@@ -72,6 +72,9 @@ type Engine struct {
 
 	pool   pool     // e.db through prepared statements
 	renews sync.Map // size → the text of renewSQL(size)
+
+	beats   beats    // the fair waiters' queue rows, refreshed together
+	beatSQL sync.Map // size → the text of beatRows's statement
 
 	ops     atomic.Uint64 // acquisitions and releases, for the sweep's turn
 	backlog atomic.Bool   // the last sweep deleted a full batch

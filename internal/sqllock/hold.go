@@ -14,7 +14,7 @@ func (e *Engine) lost(ctx context.Context, h dlock.Hold) error {
 	var s lockState
 	err := e.retry(ctx, func(ctx context.Context) error {
 		var err error
-		s, err = e.state(ctx, &e.pool, h.Name, NoSeq)
+		s, err = e.state(ctx, &e.pool, h.Name)
 		return err
 	})
 	switch {

@@ -51,8 +51,8 @@ type nameState struct {
 	look  *cachedLook
 }
 
-// cachedLook is a look at a lock's state (as seen by a request outside the
-// fair queue) taken in the feed generation gen, at the local time at.
+// cachedLook is a look at a lock's state taken in the feed generation gen
+// (nil without a Feed), at the local time at.
 type cachedLook struct {
 	gen <-chan struct{}
 	s   lockState
@@ -101,6 +101,27 @@ func (l *Local) lockWrite(ctx context.Context, key string) error {
 		l.dropWriter(key, w)
 		l.mu.Unlock()
 		return ctx.Err()
+	}
+}
+
+// tryLockWrite takes the write lock key if it is free, without waiting.
+func (l *Local) tryLockWrite(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.writers[key]
+	if w == nil {
+		w = &writeLock{ch: make(chan struct{}, 1)}
+		l.writers[key] = w
+	}
+	select {
+	case w.ch <- struct{}{}:
+		w.refs++
+		return true
+	default:
+		if w.refs == 0 {
+			delete(l.writers, key)
+		}
+		return false
 	}
 }
 
@@ -197,21 +218,23 @@ func (l *Local) tried(s *slot) {
 	s.trying = false
 }
 
-// batonOut reports whether another plain waiter than s of its name was
-// woken by a release here and has not finished its attempt.
-func (l *Local) batonOut(s *slot) bool {
+// claim gives s, a plain waiter that found its lock free, the baton of
+// its name: it reports false, and s waits on, while another plain waiter
+// of the name here was woken or is trying; otherwise s is marked trying
+// until tried. So a change that another process committed, which every
+// waiter here sees, sends one of them to try, not all.
+func (l *Local) claim(s *slot) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := l.names[s.name]
-	if n == nil {
-		return false
-	}
-	for _, o := range n.slots {
-		if o != s && !o.fair && (o.woken || o.trying) {
-			return true
+	if n := l.names[s.name]; n != nil {
+		for _, o := range n.slots {
+			if o != s && !o.fair && (o.woken || o.trying) {
+				return false
+			}
 		}
 	}
-	return false
+	s.trying = true
+	return true
 }
 
 // signal wakes one waiter of name in this process (see Local) and drops
@@ -249,11 +272,18 @@ func (l *Local) wakeLocked(n *nameState) {
 	}
 }
 
-// cached returns the look at name taken in the feed generation gen, with
-// its remaining times brought up to now, if there is one.
+// pollShare is how long, without a Feed, a look at a lock serves the
+// other waiters of the process on its name: they then read the store at
+// most once per pollShare between them, however many they are, rather
+// than each on its own backing-off schedule.
+const pollShare = 20 * time.Millisecond
+
+// cached returns the look at name taken in the feed generation gen (or,
+// without a Feed, less than pollShare ago), with its remaining times
+// brought up to now, if there is one.
 func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
-	if gen == nil {
-		return lockState{}, false
+	if gen == nil && l.feed != nil {
+		return lockState{}, false // not subscribed yet: no generation
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -263,15 +293,24 @@ func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
 	}
 	s := n.look.s
 	age := time.Since(n.look.at)
+	if l.feed == nil && age >= pollShare {
+		return lockState{}, false
+	}
 	s.remaining -= age
-	s.aheadTTL -= age
+	s.queueTTL -= age
+	// An expiry commits nothing, so no feed reports it, and a fair
+	// waiter's heartbeat is not reported either: once the holder's lease
+	// or the first fair waiter's row may have run out, the look is stale.
+	if n.look.s.remaining > 0 && s.remaining <= 0 || s.head != NoSeq && s.queueTTL <= 0 {
+		return lockState{}, false
+	}
 	return s, true
 }
 
 // cache keeps a look at name taken in the feed generation gen, at local
 // time at (taken before the read).
 func (l *Local) cache(name string, gen <-chan struct{}, s lockState, at time.Time) {
-	if gen == nil {
+	if gen == nil && l.feed != nil {
 		return
 	}
 	l.mu.Lock()

@@ -34,16 +34,36 @@ type sessionWaiter struct {
 	changed  <-chan struct{}
 	fallback time.Duration // without a Feed: the next delay of looking again
 	ended    bool
+	// gate says the waiter holds its name's gate in the Local: the one
+	// turn of this process to wait in the server for the advisory lock.
+	// Without it a waiter waits in Wait for the gate, holding no
+	// connection.
+	gate bool
 }
+
+// gateKey is the key of the Local's lock that is the gate of name (see
+// sessionWaiter.gate).
+func gateKey(name string) string { return "\x00server\x00" + name }
 
 // attempt makes an attempt on the waiter's connection (taking one if it
 // has none): the grant on the row if c holds the advisory lock, else the
 // first attempt; if that is refused and the request waits, the Lock
 // statement starts and attempt returns once the server has queued it.
+// A request that waits first takes its name's gate (see gate); while
+// another waiter of the process has it, attempt is refused at once,
+// without a statement.
 func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	s := w.s
 	if w.lockCh != nil {
 		return dlock.Grant{}, errorf(dlock.ErrNotAcquired, "still waiting in the server")
+	}
+	if w.req.Wait && !w.gate && !w.locked {
+		if !s.e.local.tryLockWrite(gateKey(w.req.Name)) {
+			// Another waiter of this process waits in the server: this
+			// one waits for its turn in Wait, holding no connection.
+			return dlock.Grant{}, errorf(dlock.ErrNotAcquired, "another waiter in this process waits for it in the server")
+		}
+		w.gate = true
 	}
 	if w.c == nil || w.interrupted {
 		if w.c != nil {
@@ -97,11 +117,11 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		s.e.local.forget(w.req.Name)
 		return s.newSession(w.req, w.key, c, w.info, g, sent)
 	}
-	st, err := s.e.state(ctx, &s.e.pool, w.req.Name, NoSeq)
+	st, err := s.e.state(ctx, &s.e.pool, w.req.Name)
 	if err != nil {
 		return dlock.Grant{}, s.e.wrap(err)
 	}
-	refused := s.e.refusal(w.req.Name, st, w.req.Owner)
+	refused := s.e.refusal(w.req.Name, st, w.req.Owner, NoSeq)
 	if w.locked {
 		// The advisory lock is ours but the row is not free: its holder's
 		// connection died (or it is a lease-mode holder) and its lease
@@ -192,6 +212,13 @@ func (w *sessionWaiter) Wait(ctx context.Context) error {
 		return err
 	}
 	switch {
+	case w.lockCh == nil && !w.locked && !w.gate:
+		// Wait for this process's turn to wait in the server: the waiter
+		// ahead was granted or gave up.
+		if err := w.s.e.local.lockWrite(ctx, gateKey(w.req.Name)); err != nil {
+			return err
+		}
+		w.gate = true
 	case w.lockCh != nil:
 		select {
 		case err := <-w.lockCh:
@@ -267,9 +294,14 @@ func (w *sessionWaiter) Cancel(ctx context.Context) error {
 	return w.close()
 }
 
-// close ends the waiter's subscription and connection; see Cancel.
+// close ends the waiter's subscription and connection, and passes on
+// its gate; see Cancel.
 func (w *sessionWaiter) close() error {
 	s := w.s
+	if w.gate {
+		defer s.e.local.unlockWrite(gateKey(w.req.Name))
+		w.gate = false
+	}
 	if w.sub != nil {
 		w.sub.Close()
 		w.sub, w.changed = nil, nil

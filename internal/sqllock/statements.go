@@ -42,11 +42,13 @@ type statements struct {
 	// dlock's.
 	sweepWaiters string
 
-	// state: seq, seq, name. Returns owner, token, holds, expires_at (as
-	// stored: see [RowOK]; '' and 0 without a row), now, of the live fair
-	// waiters queued before seq their number and the expiry of the first
-	// of them to expire (NULL if none), the number of the name's waiter
-	// rows that are not dlock's, and 1 if the lease row exists (else 0).
+	// state: name. Returns owner, token, holds, expires_at (as stored:
+	// see [RowOK]; '' and 0 without a row), now, the sequence of the
+	// first live fair waiter and the expiry of the first of them to
+	// expire (NULL if none), the number of the name's waiter rows that
+	// are not dlock's, and 1 if the lease row exists (else 0). It does not
+	// depend on the asker, so that one read serves all of a process's
+	// waiters.
 	state string
 
 	// enqueue: name, owner, waiter ttl. With Returning it returns seq.
@@ -148,8 +150,8 @@ func (s *statements) queueStatements(d Dialect, rebind func(string) string) {
 	// One row whether or not the lease row exists: waiter rows (fair
 	// waiters, foreign rows) may outlive a reclaimed lease row.
 	s.state = rebind(`SELECT COALESCE(l.owner, ''), COALESCE(l.token, 0), COALESCE(l.holds, 0), COALESCE(l.expires_at, 0), {NOW},
-	(SELECT COUNT(*) FROM {W} w WHERE w.name = k.name AND w.seq < ? AND w.expires_at > {NOW} AND {WOK}),
-	(SELECT MIN(w.expires_at) FROM {W} w WHERE w.name = k.name AND w.seq < ? AND w.expires_at > {NOW} AND {WOK}),
+	(SELECT MIN(w.seq) FROM {W} w WHERE w.name = k.name AND w.expires_at > {NOW} AND {WOK}),
+	(SELECT MIN(w.expires_at) FROM {W} w WHERE w.name = k.name AND w.expires_at > {NOW} AND {WOK}),
 	(SELECT COUNT(*) FROM {W} w WHERE w.name = k.name AND NOT {WOK}),
 	CASE WHEN l.name IS NULL THEN 0 ELSE 1 END
 FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)

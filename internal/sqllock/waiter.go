@@ -41,7 +41,6 @@ type waiter struct {
 	fair  bool
 	slot  *slot        // the waiter's registration with Local
 	sub   Subscription // from the first Wait on; nil without a Feed
-	beat  time.Time    // send time of the last refresh of the queue row
 	since time.Time    // when the waiter was made
 	ended bool
 
@@ -58,12 +57,18 @@ type pendingLook struct {
 
 var errEnded = errors.New("waiter already ended by a grant or Cancel")
 
-func (e *Engine) newWaiter(req dlock.Request, seq int64) *waiter {
-	return &waiter{
+// newWaiter returns the waiter of req, at queue position seq (NoSeq: not
+// in the fair queue), whose queue row was made at sent.
+func (e *Engine) newWaiter(req dlock.Request, seq int64, sent time.Time) *waiter {
+	w := &waiter{
 		e: e, req: req, seq: seq, fair: seq != NoSeq,
-		slot: e.local.register(req.Name, seq != NoSeq, seq),
-		beat: time.Now(), since: time.Now(),
+		slot:  e.local.register(req.Name, seq != NoSeq, seq),
+		since: time.Now(),
 	}
+	if w.fair {
+		e.beats.set(w, seq, sent)
+	}
+	return w
 }
 
 // end drops the waiter's registrations. The queue row is the caller's
@@ -75,6 +80,9 @@ func (w *waiter) end() {
 	w.ended = true
 	if w.sub != nil {
 		w.sub.Close()
+	}
+	if w.fair {
+		w.e.beats.drop(w)
 	}
 	w.e.local.unregister(w.slot)
 }
@@ -103,8 +111,9 @@ const deferDelay = 5 * time.Millisecond
 // is done (then it returns ctx.Err()). It wakes on a release in this
 // process, on a change committed by another connection (the Feed), when
 // the holder's remaining TTL by the database's clock has passed, or when
-// the fair waiter ahead may have died. A fair waiter refreshes its queue
-// row every third of the waiter timeout meanwhile.
+// the first fair waiter may have died. A fair waiter's queue row is
+// refreshed every third of the waiter timeout meanwhile (see
+// Engine.beat).
 func (w *waiter) Wait(ctx context.Context) error {
 	if err := w.start(ctx); err != nil {
 		return err
@@ -164,8 +173,8 @@ func (w *waiter) next(ctx context.Context, p *pendingLook) (pendingLook, error) 
 		return *p, nil
 	}
 	local, remote := w.channels(w.fair)
-	if w.fair && time.Since(w.beat) >= w.e.wttl/3 {
-		if err := w.heartbeat(ctx); err != nil && ctx.Err() != nil {
+	if w.fair {
+		if err := w.keepAlive(ctx); err != nil && ctx.Err() != nil {
 			return pendingLook{}, ctx.Err()
 		}
 	}
@@ -181,20 +190,21 @@ func (w *waiter) bound(s lockState, fallback *time.Duration) (d time.Duration, r
 	switch {
 	case s.fault != "":
 		return 0, true // let the attempt report it
-	case s.mayAcquire(w.req.Owner):
-		if w.fair || !w.e.local.batonOut(w.slot) {
+	case s.mayAcquire(w.req.Owner, w.seq):
+		if w.fair || w.e.local.claim(w.slot) {
 			return 0, true
 		}
-		// Another waiter here, woken by the release, is trying: its
-		// attempt commits (which the feed reports) or fails soon.
+		// Another waiter here is trying: its attempt commits (which the
+		// feed reports) or fails soon, and leaves its look in the cache.
 		bound = deferDelay
 	case s.heldByOther(w.req.Owner):
 		bound = s.remaining + time.Millisecond
-	case s.ahead > 0:
-		bound = s.aheadTTL + time.Millisecond
+	case s.ahead(w.seq):
+		bound = s.queueTTL + time.Millisecond
 	}
 	if w.fair {
-		bound = min(bound, time.Until(w.beat.Add(w.e.wttl/3)))
+		sent, _ := w.e.beats.of(w)
+		bound = min(bound, time.Until(sent.Add(w.e.wttl/3)))
 	}
 	if w.sub == nil {
 		if w.fair {
@@ -224,43 +234,60 @@ func (w *waiter) sleep(ctx context.Context, d time.Duration, local, remote <-cha
 	return false, nil
 }
 
-// look reads the lock's state for this waiter. A plain waiter shares the
-// looks of the other waiters of this process taken in the feed generation
-// gen (that is, after the last change the feed reported); they take turns
-// to look, so that a herd woken at once reads the state once, on one
-// connection, rather than each on its own.
+// look reads the lock's state for this waiter. The waiters of this
+// process share their looks taken in the feed generation gen (that is,
+// after the last change the feed reported); they take turns to look, in
+// the turns of the name's writes where the database writes concurrently
+// (see writeName), so that a herd woken at once reads the state once, on
+// one connection, rather than each on its own.
 func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, error) {
-	if !w.fair {
-		if s, ok := w.e.local.cached(w.req.Name, gen); ok {
-			return s, nil
-		}
-		key := lookKey(w.req.Name)
-		if err := w.e.local.lockWrite(ctx, key); err != nil {
-			return lockState{}, err
-		}
-		defer w.e.local.unlockWrite(key)
-		if s, ok := w.e.local.cached(w.req.Name, gen); ok {
-			return s, nil
-		}
+	if s, ok := w.e.local.cached(w.req.Name, gen); ok {
+		return s, nil
+	}
+	key := lookKey(w.req.Name)
+	if w.e.d.ConcurrentWrites {
+		key = w.req.Name
+	}
+	if err := w.e.local.lockWrite(ctx, key); err != nil {
+		return lockState{}, err
+	}
+	defer w.e.local.unlockWrite(key)
+	if s, ok := w.e.local.cached(w.req.Name, gen); ok {
+		return s, nil
 	}
 	at := time.Now()
 	sctx, done := w.e.seeThrough(ctx)
-	s, err := w.e.state(sctx, &w.e.pool, w.req.Name, w.seq) // see Engine.retry
+	s, err := w.e.state(sctx, &w.e.pool, w.req.Name) // see Engine.retry
 	err = done(err)
-	if err == nil && !w.fair {
+	if err == nil {
 		w.e.local.cache(w.req.Name, gen, s, at)
 	}
 	return s, err
 }
 
-// lookKey is the key of Local's lock that the plain waiters of name take
-// turns to look under; a name that is such a key itself only shares its
-// lock.
+// lookKey is the key of Local's lock that the waiters of name take turns
+// to look under where writes take one lock for all names; a name that is
+// such a key itself only shares its lock.
 func lookKey(name string) string { return "\x00look\x00" + name }
 
-// heartbeat refreshes the fair waiter's queue row. If the row died (the
-// process was paused past the waiter timeout and others swept it out),
-// the waiter queues again at the end.
+// keepAlive keeps the fair waiter's queue row alive: when its beat is due,
+// the engine's shared beat refreshes it with the rows of the process's
+// other fair waiters (see Engine.beat); if the last shared beat missed
+// the row, the waiter refreshes it on its own, queueing again if it died.
+func (w *waiter) keepAlive(ctx context.Context) error {
+	sent, solo := w.e.beats.of(w)
+	switch {
+	case solo:
+		return w.heartbeat(ctx)
+	case time.Since(sent) >= w.e.wttl/3:
+		return w.e.beat(ctx, w)
+	}
+	return nil
+}
+
+// heartbeat refreshes the fair waiter's queue row on its own. If the row
+// died (the process was paused past the waiter timeout and others swept
+// it out), the waiter queues again at the end.
 func (w *waiter) heartbeat(ctx context.Context) error {
 	sent := time.Now()
 	err := w.e.writeName(ctx, w.req.Name, func(ctx context.Context) error {
@@ -269,7 +296,7 @@ func (w *waiter) heartbeat(ctx context.Context) error {
 		})
 	})
 	if err == nil {
-		w.beat = sent
+		w.e.beats.set(w, w.seq, sent)
 	}
 	return err
 }
@@ -291,9 +318,9 @@ func (w *waiter) refresh(ctx context.Context, c *sql.Conn) error {
 	return err
 }
 
-// Acquire makes the next attempt. A fair waiter's attempt, the removal of
-// its queue row when granted (or the refresh of the row when not) are one
-// transaction.
+// Acquire makes the next attempt. A fair waiter's attempt and the removal
+// of its queue row when granted (or the read of the state when not) are
+// one transaction; its row is kept alive by the shared beat.
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if w.ended {
 		return dlock.Grant{}, errEnded
@@ -334,10 +361,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 				_, err = c.ExecContext(ctx, w.e.q.dequeue, w.seq)
 				return err
 			}
-			if err := w.refresh(ctx, c); err != nil {
-				return err
-			}
-			s, err = w.e.state(ctx, c, w.req.Name, w.seq)
+			s, err = w.e.state(ctx, c, w.req.Name)
 			return err
 		})
 	})
@@ -349,9 +373,9 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		w.end()
 		return g, nil
 	}
-	w.beat = sent
+	w.e.local.cache(w.req.Name, remote, s, sent)
 	w.pending = &pendingLook{s: s, local: local, remote: remote}
-	return dlock.Grant{}, w.e.refusal(w.req.Name, s, w.req.Owner)
+	return dlock.Grant{}, w.e.refusal(w.req.Name, s, w.req.Owner, w.seq)
 }
 
 // Cancel withdraws the waiter: a fair waiter deletes its queue row at once
