@@ -54,27 +54,8 @@ func gateKey(name string) string { return "\x00server\x00" + name }
 // without a statement.
 func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	s := w.s
-	if w.lockCh != nil {
-		return dlock.Grant{}, errorf(dlock.ErrNotAcquired, "still waiting in the server")
-	}
-	if w.req.Wait && !w.gate && !w.locked {
-		if !s.e.local.tryLockWrite(gateKey(w.req.Name)) {
-			// Another waiter of this process waits in the server: this
-			// one waits for its turn in Wait, holding no connection.
-			return dlock.Grant{}, errorf(dlock.ErrNotAcquired, "another waiter in this process waits for it in the server")
-		}
-		w.gate = true
-	}
-	if w.c == nil || w.interrupted {
-		if w.c != nil {
-			w.s.discard(w.c)
-			w.c, w.interrupted = nil, false
-		}
-		c, info, err := s.take(ctx)
-		if err != nil {
-			return dlock.Grant{}, s.e.wrap(err)
-		}
-		w.c, w.info, w.locked = c, info, false
+	if err := w.prepare(ctx); err != nil {
+		return dlock.Grant{}, err
 	}
 	sent := time.Now()
 	var (
@@ -136,6 +117,35 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		return dlock.Grant{}, err
 	}
 	return dlock.Grant{}, refused
+}
+
+// prepare takes the name's gate for a waiting request and a connection
+// for the attempt, replacing one that an interruption left unusable.
+func (w *sessionWaiter) prepare(ctx context.Context) error {
+	s := w.s
+	if w.lockCh != nil {
+		return errorf(dlock.ErrNotAcquired, "still waiting in the server")
+	}
+	if w.req.Wait && !w.gate && !w.locked {
+		if !s.e.local.tryLockWrite(gateKey(w.req.Name)) {
+			// Another waiter of this process waits in the server: this
+			// one waits for its turn in Wait, holding no connection.
+			return errorf(dlock.ErrNotAcquired, "another waiter in this process waits for it in the server")
+		}
+		w.gate = true
+	}
+	if w.c == nil || w.interrupted {
+		if w.c != nil {
+			w.s.discard(w.c)
+			w.c, w.interrupted = nil, false
+		}
+		c, info, err := s.take(ctx)
+		if err != nil {
+			return s.e.wrap(err)
+		}
+		w.c, w.info, w.locked = c, info, false
+	}
+	return nil
 }
 
 // startLock starts the Lock statement on c and returns once the server
