@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -120,6 +122,7 @@ func (h *heldRun) hold() (Result, error) {
 	el := time.Since(start)
 	d, st := h.cnt.snapshot().sub(s0), storeCount(h.cfg)-st0
 	heap := heapInUse()
+	writeHeapProfile(len(h.leases))
 	lost := 0
 	var lostErr error
 	for _, l := range h.leases {
@@ -151,6 +154,23 @@ func (h *heldRun) hold() (Result, error) {
 			lost, n, h.lostTaking, h.cfg.heldTTL, h.cnt.renewCut.Load(), metricsText(r.Metrics), lostErr)
 	}
 	return r, nil
+}
+
+// writeHeapProfile writes the heap profile of the process while it holds
+// n leases to the file named by DLOCK_BENCH_HELD_HEAPPROFILE with the size
+// appended ("" writes none), to see what is kept per lease (run with
+// -memprofilerate 512 for a fine sample).
+func writeHeapProfile(n int) {
+	path := os.Getenv("DLOCK_BENCH_HELD_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path + "." + strconv.Itoa(n))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	pprof.Lookup("heap").WriteTo(f, 0)
 }
 
 // metricsText is ms as "value unit" pairs.
