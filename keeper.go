@@ -23,6 +23,11 @@ type keeper struct {
 	started  bool
 	stopped  bool
 	nextWake instant // when the loop wakes next by itself; 0 before the first pass
+	// addedDue is the earliest first renewal of the leases added since the
+	// loop took its snapshot of leases (never if none): the pass, which
+	// does not see them, sleeps no longer.
+	addedDue instant
+	snapshot []*Lease // the loop's copy of leases, reused
 	// lead is how long after it was added the lease added last is first
 	// due for renewal; a pass made on a wake-up sleeps no longer than half
 	// of it.
@@ -42,10 +47,11 @@ const renewConcurrency = 16
 
 func newKeeper(c *Client) *keeper {
 	k := &keeper{
-		c:      c,
-		wakeCh: make(chan struct{}, 1),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
+		c:        c,
+		wakeCh:   make(chan struct{}, 1),
+		addedDue: never,
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	return k
@@ -75,6 +81,7 @@ func (k *keeper) add(l *Lease) {
 	l.mu.Lock()
 	first := l.nextRenew
 	l.mu.Unlock()
+	k.addedDue = min(k.addedDue, first)
 	k.lead = time.Duration(first - k.c.now())
 	if k.nextWake == 0 || first < k.nextWake {
 		k.wake()
@@ -133,11 +140,16 @@ func (k *keeper) loop() {
 	clk := k.c.cfg.clock
 	woken := true // the pass follows a wake-up (or the start), not the timer
 	for {
+		// The pass looks at a copy of the leases, so that Lock and Unlock
+		// do not wait for it.
+		k.mu.Lock()
+		k.snapshot = append(k.snapshot[:0], k.leases...)
+		k.addedDue = never
+		k.mu.Unlock()
 		now := k.c.now()
 		next := now + instant(time.Hour)
 		var due, ended []*Lease
-		k.mu.Lock()
-		for _, l := range k.leases {
+		for _, l := range k.snapshot {
 			switch l.tick(now, &next) {
 			case tickDue:
 				due = append(due, l)
@@ -145,9 +157,12 @@ func (k *keeper) loop() {
 				ended = append(ended, l)
 			}
 		}
+		clear(k.snapshot) // hold no lease past its Unlock
+		k.mu.Lock()
 		for _, l := range ended {
 			k.removeLocked(l)
 		}
+		next = min(next, k.addedDue)
 		// A Lock woke the loop, and its lease may be gone already (a short
 		// hold): sleep no longer than half the lead of a lease like it, so
 		// that the Locks that follow, due no sooner (give or take their
@@ -317,7 +332,6 @@ func (k *keeper) release(l *Lease) {
 // renew renews the leases in due, which tick marked as renewing.
 func (k *keeper) renew(now instant, due []*Lease) {
 	defer k.work.Done()
-	defer k.wake()
 	sent := k.c.now()
 	rs := make([]Renewal, len(due))
 	finals := make([]bool, len(due))
@@ -372,13 +386,29 @@ func (k *keeper) renew(now instant, due []*Lease) {
 		wg.Wait()
 	}
 	done := k.c.now()
+	look := never
 	for i, l := range due {
-		l.renewed(sent, done, rs[i].TTL, finals[i], errs[i])
+		look = min(look, l.renewed(sent, done, rs[i].TTL, finals[i], errs[i]))
+	}
+	k.wakeBy(look)
+}
+
+// wakeBy wakes the loop if it would sleep past t. Renewals that end wake
+// it only so: a pass looks at every lease, and one per renewal call made
+// the passes grow with the leases (10,000 passes over 100,000 leases per
+// renewal period).
+func (k *keeper) wakeBy(t instant) {
+	k.mu.Lock()
+	late := t < k.nextWake
+	k.mu.Unlock()
+	if late {
+		k.wake()
 	}
 }
 
-// renewed records the outcome of a renewal sent at sent.
-func (l *Lease) renewed(sent, done instant, ttl time.Duration, final bool, err error) {
+// renewed records the outcome of a renewal sent at sent, and returns
+// when the keeper must look at l next.
+func (l *Lease) renewed(sent, done instant, ttl time.Duration, final bool, err error) instant {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ch := l.renewing
@@ -386,20 +416,25 @@ func (l *Lease) renewed(sent, done instant, ttl time.Duration, final bool, err e
 	if ch != nil {
 		close(ch)
 	}
-	if l.err != nil {
-		return
-	}
 	switch {
+	case l.err != nil:
+		return done
 	case err == nil:
 		l.final = final
 		l.renewedLocked(sent, ttl)
+		if final {
+			return l.deadline
+		}
+		return l.nextRenew
 	case errors.Is(err, ErrLeaseLost):
 		l.endLocked(ErrLeaseLost, err, false, true)
+		return done
 	default:
 		l.lastErr = err
 		l.nextRenew = done + instant(retryDelay(l.ttl))
 		l.c.cfg.logger.Debug("dlock: renewal failed; retrying within the lease",
 			"lock", l.Name(), "backend", l.c.desc, "deadline_in", time.Duration(l.deadline-done), "err", err)
+		return l.nextRenew
 	}
 }
 
