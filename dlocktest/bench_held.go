@@ -18,6 +18,7 @@ import (
 // heldRun is one run of the Held workload (see [BenchHeld]).
 type heldRun struct {
 	cfg        benchConfig
+	ttl        time.Duration
 	cnt        *calls
 	leases     []*dlock.Lease
 	heap0      uint64
@@ -31,13 +32,13 @@ type heldRun struct {
 // periods and releases them. A lease lost is an error, returned with the
 // Result.
 func held(newBackend backendFunc, cfg benchConfig, n int) (Result, error) {
-	h := &heldRun{cfg: cfg, cnt: new(calls), leases: make([]*dlock.Lease, n)}
+	h := &heldRun{cfg: cfg, ttl: cfg.heldTTLFor(n), cnt: new(calls), leases: make([]*dlock.Lease, n)}
 	h.heap0, h.gor0 = heapInUse(), runtime.NumGoroutine()
 	be, err := newBackend()
 	if err != nil {
 		return Result{}, err
 	}
-	c, err := dlock.New(counted(be, h.cnt), dlock.TTL(cfg.heldTTL))
+	c, err := dlock.New(counted(be, h.cnt), dlock.TTL(h.ttl))
 	if err != nil {
 		be.Close()
 		return Result{}, err
@@ -109,7 +110,7 @@ func (h *heldRun) take(c *dlock.Client, prefix string) error {
 // hold holds the leases for four renewal periods, watching the
 // goroutines, and measures.
 func (h *heldRun) hold() (Result, error) {
-	hold := 4 * h.cfg.heldTTL / 3
+	hold := 4 * h.ttl / 3
 	s0, st0 := h.cnt.snapshot(), storeCount(h.cfg)
 	start := time.Now()
 	gor := runtime.NumGoroutine()
@@ -151,7 +152,7 @@ func (h *heldRun) hold() (Result, error) {
 	if lost > 0 {
 		// A failed benchmark prints no metrics: the error says them.
 		return r, fmt.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; %d renewals cut off by their context's deadline; %s), e.g.: %w",
-			lost, n, h.lostTaking, h.cfg.heldTTL, h.cnt.renewCut.Load(), metricsText(r.Metrics), lostErr)
+			lost, n, h.lostTaking, h.ttl, h.cnt.renewCut.Load(), metricsText(r.Metrics), lostErr)
 	}
 	return r, nil
 }
