@@ -113,7 +113,12 @@ func StoreRequests(count func() int64) BenchOption {
 //
 //   - B/lease: the heap in use after a GC while holding, less that before
 //     the Client was made, per lease (the Client's, its backend's and this
-//     workload's few bytes per lease);
+//     workload's few bytes per lease); marginal-B/lease: the same for
+//     the last nine tenths of the leases only (the heap while holding,
+//     less that once a tenth were taken, per lease taken since), which
+//     leaves out what the Client and its connections cost whatever the
+//     number of leases (go-redis's and gRPC's buffers: 140-340 B a lease
+//     at 10,000);
 //   - goroutines-before and goroutines: the process's goroutines before
 //     the Client was made and the most seen while holding;
 //   - renew-calls/s and renew-items/s: renewal calls (Renew, RenewBatch)
