@@ -40,6 +40,9 @@ func newBenchConfig(opts []BenchOption) benchConfig {
 	if ttl, err := time.ParseDuration(os.Getenv("DLOCK_BENCH_HELD_TTL")); err == nil && ttl > 0 {
 		c.heldTTL = ttl
 	}
+	if d, err := time.ParseDuration(os.Getenv("DLOCK_BENCH_HELD_BUDGET")); err == nil && d > 0 {
+		c.heldBudget = d
+	}
 	for _, o := range opts {
 		o.applyBench(&c)
 	}
@@ -81,8 +84,9 @@ func (c benchConfig) heldTTLFor(n int) time.Duration {
 }
 
 // HeldBudget bounds the time the Held workload spends taking its leases
-// (default 3 minutes); a size that takes longer is skipped, with the rate
-// it reached, rather than measured.
+// (default 3 minutes, or the Go duration in the environment variable
+// DLOCK_BENCH_HELD_BUDGET); a size that takes longer is skipped, with the
+// rate it reached, rather than measured.
 func HeldBudget(d time.Duration) BenchOption {
 	return benchOptionFunc(func(c *benchConfig) { c.heldBudget = d })
 }
