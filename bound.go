@@ -185,12 +185,8 @@ func (a calls) compensate() {
 		return
 	}
 	c := a.c
-	deadline := time.Now().Add(releaseTimeout)
-	var err error
-	for backoff := 50 * time.Millisecond; time.Now().Before(deadline); backoff = min(2*backoff, time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), min(time.Until(deadline), time.Second))
-		var infos []LockInfo
-		infos, err = in.Inspect(ctx, a.key)
+	a.retry("a grant that a cancelled Lock may have made could not be looked for", func(ctx context.Context) error {
+		infos, err := in.Inspect(ctx, a.key)
 		for _, li := range infos {
 			if err == nil && li.Name == a.key && li.Owner == a.owner {
 				err = c.b.Release(ctx, Hold{Name: a.key, Owner: a.owner, Token: li.Token})
@@ -200,6 +196,30 @@ func (a calls) compensate() {
 				}
 			}
 		}
+		return err
+	})
+}
+
+// releaseLate releases h, a grant this acquisition got but will not return,
+// retrying for up to releaseTimeout while the store cannot be reached (as
+// compensate does). What it cannot release expires with its TTL.
+func (a calls) releaseLate(h Hold) {
+	a.retry("a grant that Lock could not return could not be released", func(ctx context.Context) error {
+		return a.c.b.Release(ctx, h)
+	})
+}
+
+// retry calls try, each time under a second's timeout, until it succeeds,
+// finds the lease lost or the Client closed, or releaseTimeout has passed,
+// with a growing pause between tries; it logs what (and the last error)
+// when it gives up.
+func (a calls) retry(what string, try func(ctx context.Context) error) {
+	c := a.c
+	deadline := time.Now().Add(releaseTimeout)
+	var err error
+	for backoff := 50 * time.Millisecond; time.Now().Before(deadline); backoff = min(2*backoff, time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), min(time.Until(deadline), time.Second))
+		err = try(ctx)
 		cancel()
 		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrClosed) {
 			return
@@ -212,7 +232,7 @@ func (a calls) compensate() {
 			return
 		}
 	}
-	c.cfg.logger.Warn("dlock: a grant that a cancelled Lock may have made could not be looked for; it expires with its TTL",
+	c.cfg.logger.Warn("dlock: "+what+"; it expires with its TTL",
 		"lock", a.name, "backend", c.desc, "err", err)
 }
 

@@ -18,6 +18,7 @@ import (
 type Client struct {
 	b     Backend
 	desc  string
+	epoch time.Time // the origin of its instants
 	cfg   config
 	batch BatchRenewer // nil when the backend cannot batch
 
@@ -47,7 +48,7 @@ func New(b Backend, opts ...Option) (*Client, error) {
 	if err := cfg.check(true); err != nil {
 		return nil, &Error{Op: "new", Backend: b.String(), Kind: ErrInvalidOption, Err: err}
 	}
-	c := &Client{b: b, desc: b.String(), cfg: cfg}
+	c := &Client{b: b, desc: b.String(), cfg: cfg, epoch: cfg.clock.Now()}
 	c.batch, _ = b.(BatchRenewer)
 	c.closing, c.cancel = context.WithCancel(context.Background())
 	c.keeper = newKeeper(c)
@@ -261,7 +262,7 @@ func (c *Client) Close() error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for _, l := range held {
-		if !l.endHold(&Error{Op: "lease", Name: l.name, Backend: c.desc, Kind: ErrLeaseLost, Err: ErrClosed}, false) {
+		if !l.endHold(&Error{Op: "lease", Name: l.Name(), Backend: c.desc, Kind: ErrLeaseLost, Err: ErrClosed}, false) {
 			continue
 		}
 		wg.Add(1)
@@ -275,7 +276,7 @@ func (c *Client) Close() error {
 			h := l.hold()
 			err := bounded0(c, limit, ctx, func(ctx context.Context) error { return c.b.Release(ctx, h) }, nil)
 			if err != nil && !errors.Is(err, ErrLeaseLost) {
-				failed(&Error{Op: "unlock", Name: l.name, Backend: c.desc, Kind: kindOf(err), Err: err})
+				failed(&Error{Op: "unlock", Name: l.Name(), Backend: c.desc, Kind: kindOf(err), Err: err})
 			}
 		}()
 	}

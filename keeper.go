@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,10 +19,15 @@ type keeper struct {
 	c *Client
 
 	mu       sync.Mutex
-	leases   map[*Lease]struct{}
+	leases   []*Lease // each at its slot
 	started  bool
 	stopped  bool
-	nextWake time.Time // when the loop wakes next by itself
+	nextWake instant // when the loop wakes next by itself; 0 before the first pass
+	// addedDue is the earliest first renewal of the leases added since the
+	// loop took its snapshot of leases (never if none): the pass, which
+	// does not see them, sleeps no longer.
+	addedDue instant
+	snapshot []*Lease // the loop's copy of leases, reused
 	// lead is how long after it was added the lease added last is first
 	// due for renewal; a pass made on a wake-up sleeps no longer than half
 	// of it.
@@ -41,11 +47,11 @@ const renewConcurrency = 16
 
 func newKeeper(c *Client) *keeper {
 	k := &keeper{
-		c:      c,
-		leases: make(map[*Lease]struct{}),
-		wakeCh: make(chan struct{}, 1),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
+		c:        c,
+		wakeCh:   make(chan struct{}, 1),
+		addedDue: never,
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	return k
@@ -58,7 +64,8 @@ func (k *keeper) add(l *Lease) {
 	if k.stopped {
 		return
 	}
-	k.leases[l] = struct{}{}
+	l.slot = int32(len(k.leases))
+	k.leases = append(k.leases, l)
 	if !k.started {
 		k.started = true
 		go k.loop()
@@ -74,8 +81,9 @@ func (k *keeper) add(l *Lease) {
 	l.mu.Lock()
 	first := l.nextRenew
 	l.mu.Unlock()
-	k.lead = first.Sub(k.c.cfg.clock.Now())
-	if k.nextWake.IsZero() || first.Before(k.nextWake) {
+	k.addedDue = min(k.addedDue, first)
+	k.lead = time.Duration(first - k.c.now())
+	if k.nextWake == 0 || first < k.nextWake {
 		k.wake()
 	}
 }
@@ -83,8 +91,22 @@ func (k *keeper) add(l *Lease) {
 // remove stops keeping l.
 func (k *keeper) remove(l *Lease) {
 	k.mu.Lock()
-	delete(k.leases, l)
+	k.removeLocked(l)
 	k.mu.Unlock()
+}
+
+// removeLocked takes l out of k.leases, if it is there, by moving the last
+// lease into its slot.
+func (k *keeper) removeLocked(l *Lease) {
+	i := int(l.slot)
+	if i < 0 || i >= len(k.leases) || k.leases[i] != l {
+		return
+	}
+	last := k.leases[len(k.leases)-1]
+	k.leases[i], last.slot = last, int32(i)
+	k.leases[len(k.leases)-1] = nil
+	k.leases = k.leases[:len(k.leases)-1]
+	l.slot = -1
 }
 
 // wake makes the loop look at its leases again.
@@ -101,10 +123,7 @@ func (k *keeper) stop() []*Lease {
 	k.mu.Lock()
 	k.stopped = true
 	started := k.started
-	held := make([]*Lease, 0, len(k.leases))
-	for l := range k.leases {
-		held = append(held, l)
-	}
+	held := k.leases
 	k.leases = nil
 	k.mu.Unlock()
 	if started {
@@ -121,25 +140,35 @@ func (k *keeper) loop() {
 	clk := k.c.cfg.clock
 	woken := true // the pass follows a wake-up (or the start), not the timer
 	for {
-		now := clk.Now()
-		next := now.Add(time.Hour)
-		var due, ended []*Lease
+		// The pass looks at a copy of the leases, so that Lock and Unlock
+		// do not wait for it.
 		k.mu.Lock()
-		for l := range k.leases {
+		k.snapshot = append(k.snapshot[:0], k.leases...)
+		k.addedDue = never
+		k.mu.Unlock()
+		now := k.c.now()
+		next := now + instant(time.Hour)
+		var due, ended []*Lease
+		for _, l := range k.snapshot {
 			switch l.tick(now, &next) {
 			case tickDue:
 				due = append(due, l)
 			case tickOver:
-				delete(k.leases, l)
 				ended = append(ended, l)
 			}
 		}
+		clear(k.snapshot) // hold no lease past its Unlock
+		k.mu.Lock()
+		for _, l := range ended {
+			k.removeLocked(l)
+		}
+		next = min(next, k.addedDue)
 		// A Lock woke the loop, and its lease may be gone already (a short
 		// hold): sleep no longer than half the lead of a lease like it, so
 		// that the Locks that follow, due no sooner (give or take their
 		// round trips), need not wake it. The timer's pass then sleeps as
 		// long as the leases allow.
-		if bound := now.Add(k.lead / 2); woken && k.lead > 0 && bound.Before(next) {
+		if bound := now + instant(k.lead/2); woken && k.lead > 0 && bound < next {
 			next = bound
 		}
 		k.nextWake = next
@@ -155,7 +184,7 @@ func (k *keeper) loop() {
 			go k.renewAll(now, batches)
 		}
 		select {
-		case <-clk.After(next.Sub(now)):
+		case <-clk.After(time.Duration(next - now)):
 			woken = false
 		case <-k.wakeCh:
 			woken = true
@@ -184,7 +213,7 @@ func (k *keeper) batches(due []*Lease) [][]*Lease {
 	}
 	type byDeadline struct {
 		l *Lease
-		d time.Time
+		d instant
 	}
 	ds := make([]byDeadline, len(due))
 	for i, l := range due {
@@ -192,7 +221,7 @@ func (k *keeper) batches(due []*Lease) [][]*Lease {
 		ds[i] = byDeadline{l, l.deadline}
 		l.mu.Unlock()
 	}
-	slices.SortFunc(ds, func(a, b byDeadline) int { return a.d.Compare(b.d) })
+	slices.SortFunc(ds, func(a, b byDeadline) int { return cmp.Compare(a.d, b.d) })
 	for i := range ds {
 		due[i] = ds[i].l
 	}
@@ -211,7 +240,7 @@ const renewCallsMax = 4
 
 // renewAll makes the renewal calls of one pass, the most urgent first, at
 // most renewCallsMax at once.
-func (k *keeper) renewAll(now time.Time, batches [][]*Lease) {
+func (k *keeper) renewAll(now instant, batches [][]*Lease) {
 	if len(batches) == 1 {
 		k.renew(now, batches[0])
 		return
@@ -244,18 +273,16 @@ const (
 
 // tick looks at l at now: whether it is over, due for renewal (then it is
 // marked as renewing), or to be looked at again by *next.
-func (l *Lease) tick(now time.Time, next *time.Time) tickResult {
+func (l *Lease) tick(now instant, next *instant) tickResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err == nil && !now.Before(l.deadline) {
+	if l.err == nil && now >= l.deadline {
 		l.expireLocked()
 	}
 	if l.err != nil {
 		return tickOver
 	}
-	if l.deadline.Before(*next) {
-		*next = l.deadline
-	}
+	*next = min(*next, l.deadline)
 	if l.renewing != nil || l.final || l.unlocked {
 		return tickWait
 	}
@@ -264,17 +291,15 @@ func (l *Lease) tick(now time.Time, next *time.Time) tickResult {
 	// failed renewal is due at its own time only: it comes TTL/20 after
 	// the failure, within that window, so it would be due again at once
 	// and a store that fails fast would be retried in a busy loop.
-	lead := l.ttl / 10
+	lead := instant(l.ttl / 10)
 	if l.lastErr != nil {
 		lead = 0
 	}
-	if !now.Before(l.nextRenew.Add(-lead)) {
+	if now >= l.nextRenew-lead {
 		l.renewing = make(chan struct{})
 		return tickDue
 	}
-	if l.nextRenew.Before(*next) {
-		*next = l.nextRenew
-	}
+	*next = min(*next, l.nextRenew)
 	return tickWait
 }
 
@@ -300,32 +325,28 @@ func (k *keeper) release(l *Lease) {
 	err := bounded0(k.c, limit, ctx, func(ctx context.Context) error { return k.c.b.Release(ctx, h) }, nil)
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		k.c.cfg.logger.Warn("dlock: release at MaxHold failed; the lock expires with its TTL",
-			"lock", l.name, "backend", k.c.desc, "err", err)
+			"lock", l.Name(), "backend", k.c.desc, "err", err)
 	}
 }
 
 // renew renews the leases in due, which tick marked as renewing.
-func (k *keeper) renew(now time.Time, due []*Lease) {
+func (k *keeper) renew(now instant, due []*Lease) {
 	defer k.work.Done()
-	defer k.wake()
-	clk := k.c.cfg.clock
-	sent := clk.Now()
+	sent := k.c.now()
 	rs := make([]Renewal, len(due))
 	finals := make([]bool, len(due))
-	limit := sent.Add(time.Hour)
+	limit := sent + instant(time.Hour)
 	for i, l := range due {
 		l.mu.Lock()
 		var ttl time.Duration
 		ttl, finals[i] = l.renewTTLLocked(sent, l.ttl)
 		rs[i] = Renewal{Hold: l.hold(), TTL: ttl}
-		if l.deadline.Before(limit) {
-			limit = l.deadline
-		}
+		limit = min(limit, l.deadline)
 		l.mu.Unlock()
 	}
 	// A renewal answered after the earliest deadline is of no use to that
 	// lease; bound the call by it.
-	ctx, cancel := context.WithTimeout(k.ctx, limit.Sub(sent))
+	ctx, cancel := context.WithTimeout(k.ctx, time.Duration(limit-sent))
 	defer cancel()
 	// A store that does not answer holds the renewals up by CancelGrace
 	// past that at most; they are retried while the leases last.
@@ -364,14 +385,30 @@ func (k *keeper) renew(now time.Time, due []*Lease) {
 		}
 		wg.Wait()
 	}
-	done := clk.Now()
+	done := k.c.now()
+	look := never
 	for i, l := range due {
-		l.renewed(sent, done, rs[i].TTL, finals[i], errs[i])
+		look = min(look, l.renewed(sent, done, rs[i].TTL, finals[i], errs[i]))
+	}
+	k.wakeBy(look)
+}
+
+// wakeBy wakes the loop if it would sleep past t. Renewals that end wake
+// it only so: a pass looks at every lease, and one per renewal call made
+// the passes grow with the leases (10,000 passes over 100,000 leases per
+// renewal period).
+func (k *keeper) wakeBy(t instant) {
+	k.mu.Lock()
+	late := t < k.nextWake
+	k.mu.Unlock()
+	if late {
+		k.wake()
 	}
 }
 
-// renewed records the outcome of a renewal sent at sent.
-func (l *Lease) renewed(sent, done time.Time, ttl time.Duration, final bool, err error) {
+// renewed records the outcome of a renewal sent at sent, and returns
+// when the keeper must look at l next.
+func (l *Lease) renewed(sent, done instant, ttl time.Duration, final bool, err error) instant {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ch := l.renewing
@@ -379,20 +416,25 @@ func (l *Lease) renewed(sent, done time.Time, ttl time.Duration, final bool, err
 	if ch != nil {
 		close(ch)
 	}
-	if l.err != nil {
-		return
-	}
 	switch {
+	case l.err != nil:
+		return done
 	case err == nil:
 		l.final = final
 		l.renewedLocked(sent, ttl)
+		if final {
+			return l.deadline
+		}
+		return l.nextRenew
 	case errors.Is(err, ErrLeaseLost):
 		l.endLocked(ErrLeaseLost, err, false, true)
+		return done
 	default:
 		l.lastErr = err
-		l.nextRenew = done.Add(retryDelay(l.ttl))
+		l.nextRenew = done + instant(retryDelay(l.ttl))
 		l.c.cfg.logger.Debug("dlock: renewal failed; retrying within the lease",
-			"lock", l.name, "backend", l.c.desc, "deadline_in", l.deadline.Sub(done), "err", err)
+			"lock", l.Name(), "backend", l.c.desc, "deadline_in", time.Duration(l.deadline-done), "err", err)
+		return l.nextRenew
 	}
 }
 
@@ -403,7 +445,7 @@ func (k *keeper) lost(h Hold, cause error) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for l := range k.leases {
+	for _, l := range k.leases {
 		if l.key == h.Name && l.owner == h.Owner && l.token == h.Token {
 			l.mu.Lock()
 			l.endLocked(ErrLeaseLost, cause, false, true)

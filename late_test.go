@@ -3,12 +3,14 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/mem"
 )
 
@@ -18,7 +20,9 @@ type stall struct {
 	dlock.Backend
 	acquireStall, renewStall atomic.Int64 // nanoseconds
 	releases                 atomic.Int32
-	during                   func() // runs inside the acquire stall
+	releaseFails             atomic.Int32 // so many Releases fail, unreachable, before one is sent
+	released                 atomic.Int32 // Releases the store carried out
+	during                   func()       // runs inside the acquire stall
 }
 
 // Acquire stalls after the store granted: the answer is late.
@@ -41,7 +45,14 @@ func (s *stall) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) erro
 
 func (s *stall) Release(ctx context.Context, h dlock.Hold) error {
 	s.releases.Add(1)
-	return s.Backend.Release(ctx, h)
+	if s.releaseFails.Add(-1) >= 0 {
+		return fmt.Errorf("%w: store unreachable (test)", dlock.ErrBackendUnavailable)
+	}
+	err := s.Backend.Release(ctx, h)
+	if err == nil {
+		s.released.Add(1)
+	}
+	return err
 }
 
 // A grant whose answer arrives after the validity the client can promise
@@ -84,6 +95,33 @@ func TestLateGrantThatCannotBeRenewedIsReleased(t *testing.T) {
 	}
 	if s.releases.Load() == 0 {
 		t.Fatal("the late hold was not released")
+	}
+}
+
+// The release of a late grant that could not be renewed rides out a store
+// that cannot be reached for a moment, as every background release does,
+// instead of leaving the hold to its TTL after one failed try.
+func TestLateGrantReleaseRetriesWhileUnreachable(t *testing.T) {
+	// Answers come after the validity (0.55 × TTL) but leave the store's
+	// hold 0.4 × TTL for the release's tries.
+	ttl := time.Second
+	s := &stall{Backend: mem.New()}
+	c := newClient(t, s, dlock.TTL(ttl), dlock.Drift(0.45))
+	s.acquireStall.Store(int64(ttl * 6 / 10))
+	s.renewStall.Store(int64(ttl * 6 / 10))
+	s.releaseFails.Store(2)
+	_, err := c.Mutex("late").Lock(context.Background())
+	if !errors.Is(err, dlock.ErrBackendUnavailable) {
+		t.Fatalf("Lock = %v, want ErrBackendUnavailable", err)
+	}
+	dlocktest.WaitFor(t, 5*time.Second, func() error {
+		if s.released.Load() == 0 {
+			return fmt.Errorf("the late hold was not released on the store (%d Release calls)", s.releases.Load())
+		}
+		return nil
+	})
+	if n := s.releases.Load(); n != 3 {
+		t.Fatalf("%d Release calls, want 3 (2 unreachable, then 1 carried out)", n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -18,51 +19,57 @@ import (
 // [Lease.Token] to the resource the lock protects so that it can reject a
 // holder that lost the lock without knowing it.
 type Lease struct {
-	c          *Client
-	name       string // as the caller gave it
-	key        string // with the namespace
-	owner      string
-	token      uint64
-	count      int
-	handle     any
-	maxHoldEnd time.Time // zero without MaxHold
+	// Most of a Client's memory is its leases, so a Lease keeps what it
+	// needs in few bytes: its name is decoded from key, its times are
+	// instants, and its context is made only when asked for.
+	c      *Client
+	key    string // the name as the backend knows it: with the namespace
+	owner  string
+	token  uint64
+	handle any
+	count  int32
+	slot   int32 // index in the keeper's leases, -1 when not kept; guarded by keeper.mu
 
-	ctx    *leaseContext // points to lctx
-	lctx   leaseContext
+	mu         sync.Mutex
+	ttl        time.Duration
+	deadline   instant
+	nextRenew  instant
+	maxHoldEnd instant       // never without MaxHold
+	renewing   chan struct{} // non-nil while a renewal is in flight; closed when it ends
+	done       *leaseDone    // made by the first use of Done or of Context's AfterFunc
+	lastErr    error         // the last renewal error since the last success
+	err        error         // why the lease is over; nil while it is held
+	final      bool          // MaxHold: the last renewal has been made
+	unlocked   bool          // Unlock was called
+	released   bool          // a release was sent (by Unlock, Close or MaxHold)
+	relOnEnd   bool          // the keeper must release it (MaxHold)
+}
+
+// leaseDone is what Done and Context's cancellation need: a context that
+// is cancelled when the lease ends.
+type leaseDone struct {
+	ctx    context.Context
 	cancel context.CancelFunc
-
-	mu        sync.Mutex
-	ttl       time.Duration
-	deadline  time.Time
-	nextRenew time.Time
-	renewing  chan struct{} // non-nil while a renewal is in flight; closed when it ends
-	final     bool          // MaxHold: the last renewal has been made
-	lastErr   error         // the last renewal error since the last success
-	err       error         // why the lease is over; nil while it is held
-	unlocked  bool          // Unlock was called
-	released  bool          // a release was sent (by Unlock, Close or MaxHold)
-	relOnEnd  bool          // the keeper must release it (MaxHold)
 }
 
 func newLease(c *Client, m *Mutex, key, owner string, g Grant, sent time.Time) *Lease {
 	l := &Lease{
-		c: c, name: m.name, key: key, owner: owner,
-		token: g.Token, count: g.Count, handle: g.Handle,
-		ttl: m.cfg.ttl,
+		c: c, key: key, owner: owner,
+		token: g.Token, count: int32(min(g.Count, math.MaxInt32)), handle: g.Handle,
+		slot: -1, ttl: m.cfg.ttl, maxHoldEnd: never,
 	}
 	if m.cfg.maxHold > 0 {
-		l.maxHoldEnd = sent.Add(m.cfg.maxHold)
+		l.maxHoldEnd = c.instant(sent.Add(m.cfg.maxHold))
 	}
-	inner, cancel := context.WithCancel(context.Background())
-	l.lctx = leaseContext{l: l, inner: inner}
-	l.ctx = &l.lctx
-	l.cancel = cancel
-	l.renewedLocked(sent, l.ttl)
+	l.renewedLocked(c.instant(sent), l.ttl)
 	return l
 }
 
 // Name returns the lock's name.
-func (l *Lease) Name() string { return l.name }
+func (l *Lease) Name() string {
+	_, name, _ := decodeKey(l.key)
+	return name
+}
 
 // Owner returns the owner id the lease was granted to.
 func (l *Lease) Owner() string { return l.owner }
@@ -74,7 +81,7 @@ func (l *Lease) Token() uint64 { return l.token }
 
 // Holds returns the reentry count on the backend right after this grant: 1
 // for a new grant, more for a reentrant one.
-func (l *Lease) Holds() int { return l.count }
+func (l *Lease) Holds() int { return int(l.count) }
 
 // Deadline returns the end of the validity the client can promise: the send
 // time of the last successful acquire or renewal plus TTL × (1 − drift),
@@ -82,12 +89,27 @@ func (l *Lease) Holds() int { return l.count }
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	return l.c.time(l.deadline)
 }
 
 // Done returns a channel that is closed when the lease is over: lost,
 // unlocked, or its Client closed.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.inner.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.doneCtx().Done() }
+
+// doneCtx returns the context that is cancelled when the lease ends,
+// making it on first use: most leases are never asked.
+func (l *Lease) doneCtx() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		l.done = &leaseDone{ctx: ctx, cancel: cancel}
+		if l.err != nil {
+			cancel()
+		}
+	}
+	return l.done.ctx
+}
 
 // Err returns nil while the lease is valid, and otherwise why it is over:
 // an error matching [ErrLeaseLost] with the cause (the backend gave the lock
@@ -98,7 +120,7 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.inner.Done() }
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err == nil && !l.c.cfg.clock.Now().Before(l.deadline) {
+	if l.err == nil && l.c.now() >= l.deadline {
 		l.expireLocked()
 	}
 	return l.err
@@ -109,7 +131,7 @@ func (l *Lease) Err() error {
 // renewals) and its Err is [Lease.Err]: it matches [ErrLeaseLost] as well as
 // context.DeadlineExceeded (the validity ran out) or context.Canceled. It
 // carries no values.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context { return (*leaseContext)(l) }
 
 // Extend renews the lease now with a new TTL, which also becomes the TTL of
 // later renewals. A TTL below [MinTTL] or above [Client.MaxTTL] is
@@ -121,7 +143,7 @@ func (l *Lease) Context() context.Context { return l.ctx }
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.c
 	fail := func(kind, err error) error {
-		return &Error{Op: "extend", Name: l.name, Backend: c.desc, Kind: kind, Err: err}
+		return &Error{Op: "extend", Name: l.Name(), Backend: c.desc, Kind: kind, Err: err}
 	}
 	if ttl < MinTTL {
 		return fail(ErrInvalidOption, fmt.Errorf("TTL %v is below the minimum %v", ttl, MinTTL))
@@ -139,7 +161,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return fail(kindOf(err), err)
 	}
-	if l.err == nil && !c.cfg.clock.Now().Before(l.deadline) {
+	if l.err == nil && c.now() >= l.deadline {
 		l.expireLocked()
 	}
 	if l.err != nil {
@@ -147,7 +169,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return err
 	}
-	sent := c.cfg.clock.Now()
+	sent := c.now()
 	eff, final := l.renewTTLLocked(sent, ttl)
 	ch := make(chan struct{})
 	l.renewing = ch
@@ -186,7 +208,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lease) Unlock(ctx context.Context) error {
 	c := l.c
 	fail := func(kind, err error) error {
-		return &Error{Op: "unlock", Name: l.name, Backend: c.desc, Kind: kind, Err: err}
+		return &Error{Op: "unlock", Name: l.Name(), Backend: c.desc, Kind: kind, Err: err}
 	}
 	l.mu.Lock()
 	if l.unlocked {
@@ -205,7 +227,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	// Wait for a renewal in flight, which may report the lease lost, but
 	// not past ctx: a release may run beside a renewal.
 	_ = l.awaitRenewalLocked(ctx, false)
-	if l.err == nil && !c.cfg.clock.Now().Before(l.deadline) {
+	if l.err == nil && c.now() >= l.deadline {
 		l.expireLocked()
 	}
 	stale := l.err
@@ -254,11 +276,11 @@ func (l *Lease) hold() Hold {
 
 // renewTTLLocked returns the TTL to renew with at now, given the lease's
 // TTL, and whether this is the last renewal before MaxHold.
-func (l *Lease) renewTTLLocked(now time.Time, ttl time.Duration) (time.Duration, bool) {
-	if l.maxHoldEnd.IsZero() {
+func (l *Lease) renewTTLLocked(now instant, ttl time.Duration) (time.Duration, bool) {
+	if l.maxHoldEnd == never {
 		return ttl, false
 	}
-	left := l.maxHoldEnd.Sub(now)
+	left := time.Duration(l.maxHoldEnd - now)
 	if left <= ttl {
 		return max(left, time.Millisecond), true
 	}
@@ -267,13 +289,9 @@ func (l *Lease) renewTTLLocked(now time.Time, ttl time.Duration) (time.Duration,
 
 // renewedLocked records a successful acquire or renewal sent at sent with
 // TTL ttl.
-func (l *Lease) renewedLocked(sent time.Time, ttl time.Duration) {
-	dl := sent.Add(time.Duration(float64(ttl) * (1 - l.c.cfg.drift)))
-	if !l.maxHoldEnd.IsZero() && dl.After(l.maxHoldEnd) {
-		dl = l.maxHoldEnd
-	}
-	l.deadline = dl
-	l.nextRenew = sent.Add(l.ttl / 3)
+func (l *Lease) renewedLocked(sent instant, ttl time.Duration) {
+	l.deadline = min(sent+instant(float64(ttl)*(1-l.c.cfg.drift)), l.maxHoldEnd)
+	l.nextRenew = sent + instant(l.ttl/3)
 	l.lastErr = nil
 }
 
@@ -281,7 +299,7 @@ func (l *Lease) renewedLocked(sent time.Time, ttl time.Duration) {
 func (l *Lease) expireLocked() {
 	var cause error
 	switch {
-	case l.final || (!l.maxHoldEnd.IsZero() && !l.deadline.Before(l.maxHoldEnd)):
+	case l.final || l.deadline >= l.maxHoldEnd:
 		cause = fmt.Errorf("MaxHold reached")
 		l.relOnEnd = true
 	case l.lastErr != nil:
@@ -303,12 +321,14 @@ func (l *Lease) endLocked(kind, cause error, expired, log bool) bool {
 	le := &struct {
 		lostError
 		e Error
-	}{e: Error{Op: "lease", Name: l.name, Backend: l.c.desc, Kind: kind, Err: cause}}
+	}{e: Error{Op: "lease", Name: l.Name(), Backend: l.c.desc, Kind: kind, Err: cause}}
 	le.lostError = lostError{err: &le.e, deadline: expired}
 	l.err = &le.lostError
-	l.cancel()
+	if l.done != nil {
+		l.done.cancel()
+	}
 	if log {
-		l.c.cfg.logger.Warn("dlock: lease lost", "lock", l.name, "backend", l.c.desc, "token", l.token, "cause", cause)
+		l.c.cfg.logger.Warn("dlock: lease lost", "lock", l.Name(), "backend", l.c.desc, "token", l.token, "cause", cause)
 	}
 	return true
 }
@@ -333,18 +353,17 @@ func (e *Error) withOp(op string) *Error {
 }
 
 // leaseContext is the context of a lease: Done when the lease is over, Err
-// judged by the lease on every call.
-type leaseContext struct {
-	l     *Lease
-	inner context.Context
-}
+// judged by the lease on every call. It is the Lease itself, so that
+// Context allocates nothing.
+type leaseContext Lease
 
-func (c *leaseContext) Deadline() (time.Time, bool) { return c.l.Deadline(), true }
-func (c *leaseContext) Done() <-chan struct{}       { return c.inner.Done() }
+func (c *leaseContext) l() *Lease                   { return (*Lease)(c) }
+func (c *leaseContext) Deadline() (time.Time, bool) { return c.l().Deadline(), true }
+func (c *leaseContext) Done() <-chan struct{}       { return c.l().Done() }
 func (c *leaseContext) Value(key any) any           { return nil }
 
 func (c *leaseContext) Err() error {
-	if err := c.l.Err(); err != nil {
+	if err := c.l().Err(); err != nil {
 		return err
 	}
 	return nil
@@ -352,6 +371,25 @@ func (c *leaseContext) Err() error {
 
 // AfterFunc lets context.WithCancel and friends propagate cancellation from
 // a lease's context without a goroutine each.
-func (c *leaseContext) AfterFunc(f func()) func() bool { return context.AfterFunc(c.inner, f) }
+func (c *leaseContext) AfterFunc(f func()) func() bool {
+	return context.AfterFunc(c.l().doneCtx(), f)
+}
 
-func (c *leaseContext) String() string { return "dlock.Lease(" + c.l.name + ").Context" }
+func (c *leaseContext) String() string { return "dlock.Lease(" + c.l().Name() + ").Context" }
+
+// instant is a moment on a Client's clock: nanoseconds since the Client's
+// epoch (8 bytes, where a time.Time takes 24). Differences of instants are
+// those of the clock's times, monotonic readings included.
+type instant int64
+
+// never is the instant after every other.
+const never = instant(math.MaxInt64)
+
+// now returns the clock's current instant.
+func (c *Client) now() instant { return c.instant(c.cfg.clock.Now()) }
+
+// instant returns t as an instant of c.
+func (c *Client) instant(t time.Time) instant { return instant(t.Sub(c.epoch)) }
+
+// time returns the time of instant i.
+func (c *Client) time(i instant) time.Time { return c.epoch.Add(time.Duration(i)) }

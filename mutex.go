@@ -266,12 +266,11 @@ func (q *acquisition) freshen(g Grant) error {
 	if err == nil && valid() {
 		return nil
 	}
+	a := q.a
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
-		c.b.Release(ctx, h)
+		a.releaseLate(h)
 	}()
 	if err == nil {
 		err = fmt.Errorf("%w: the store answered %d renewals after the TTL (%v) had passed; the TTL is too short for this store", ErrBackendUnavailable, lateRenewals, ttl)

@@ -16,7 +16,8 @@
 // lease, goroutines, renewal requests per second, leases lost). The store
 // requests are counted in each driver: Redis commands, etcd gRPC requests
 // and stream messages, ZooKeeper requests, SQL statements. Held ignores
-// b.N and takes its TTL (default 3 s) from DLOCK_BENCH_HELD_TTL:
+// b.N; its TTL is 3 s per 10,000 leases (3 s and 30 s, see
+// dlocktest.HeldTTL) unless DLOCK_BENCH_HELD_TTL sets one:
 //
 //	cd bench && go test -run XXX -bench 'Redis/dlock/Held' -benchtime 1x
 //	cd bench && DLOCK_BENCH_HELD_TTL=30s go test -run XXX -bench 'Postgres/dlock/Held/10000$' -benchtime 1x

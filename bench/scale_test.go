@@ -10,7 +10,7 @@ import (
 // scale runs the dlocktest scale workloads as sub-benchmarks of b: Herd
 // (10, 100 and 1,000 waiters on one name over 10 Clients, with the Client
 // options opts) and, if held, Held (10,000 and 100,000 leases of one
-// Client, TTL 3 s, held for 4 s). newBackend makes the backend of each
+// Client, TTL 3 s per 10,000 leases, held for 4 TTL/3). newBackend makes the backend of each
 // Client; store counts the requests all of them sent to the store so far.
 // bopts override the sizes; DLOCK_BENCH_HELD_TTL (a Go duration) overrides
 // Held's TTL. Select them with, for example:

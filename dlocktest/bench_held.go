@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,9 +18,11 @@ import (
 // heldRun is one run of the Held workload (see [BenchHeld]).
 type heldRun struct {
 	cfg        benchConfig
+	ttl        time.Duration
 	cnt        *calls
 	leases     []*dlock.Lease
 	heap0      uint64
+	heapTenth  uint64 // heap in use once a tenth of the leases were taken
 	gor0       int
 	acquire    time.Duration // taking the leases took
 	retries    atomic.Int64  // Locks asked again after ErrBackendUnavailable
@@ -29,13 +33,13 @@ type heldRun struct {
 // periods and releases them. A lease lost is an error, returned with the
 // Result.
 func held(newBackend backendFunc, cfg benchConfig, n int) (Result, error) {
-	h := &heldRun{cfg: cfg, cnt: new(calls), leases: make([]*dlock.Lease, n)}
+	h := &heldRun{cfg: cfg, ttl: cfg.heldTTLFor(n), cnt: new(calls), leases: make([]*dlock.Lease, n)}
 	h.heap0, h.gor0 = heapInUse(), runtime.NumGoroutine()
 	be, err := newBackend()
 	if err != nil {
 		return Result{}, err
 	}
-	c, err := dlock.New(counted(be, h.cnt), dlock.TTL(cfg.heldTTL))
+	c, err := dlock.New(counted(be, h.cnt), dlock.TTL(h.ttl))
 	if err != nil {
 		be.Close()
 		return Result{}, err
@@ -60,7 +64,10 @@ func (h *heldRun) releaseAll() {
 	})
 }
 
-// take locks every lease, 64 at a time, within the budget.
+// take locks every lease, 64 at a time, within the budget. It measures
+// the heap once a tenth of them are taken (the time that takes is not
+// counted), so that hold can tell the cost of a lease from what the
+// Client and its connections cost whatever the number of leases.
 func (h *heldRun) take(c *dlock.Client, prefix string) error {
 	n := len(h.leases)
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.heldBudget)
@@ -68,7 +75,7 @@ func (h *heldRun) take(c *dlock.Client, prefix string) error {
 	start := time.Now()
 	var took atomic.Int64
 	var failed atomic.Pointer[error]
-	parallel(n, func(i int) {
+	lock := func(i int) {
 		if ctx.Err() != nil {
 			return
 		}
@@ -88,7 +95,13 @@ func (h *heldRun) take(c *dlock.Client, prefix string) error {
 		}
 		h.leases[i] = l
 		took.Add(1)
-	})
+	}
+	tenth := n / 10
+	parallel(tenth, lock)
+	measured := time.Now()
+	h.heapTenth = heapInUse()
+	start = start.Add(time.Since(measured))
+	parallel(n-tenth, func(i int) { lock(tenth + i) })
 	h.acquire = time.Since(start)
 	if err := failed.Load(); err != nil {
 		return fmt.Errorf("Lock %d of %d: %w", took.Load()+1, n, *err)
@@ -107,7 +120,7 @@ func (h *heldRun) take(c *dlock.Client, prefix string) error {
 // hold holds the leases for four renewal periods, watching the
 // goroutines, and measures.
 func (h *heldRun) hold() (Result, error) {
-	hold := 4 * h.cfg.heldTTL / 3
+	hold := 4 * h.ttl / 3
 	s0, st0 := h.cnt.snapshot(), storeCount(h.cfg)
 	start := time.Now()
 	gor := runtime.NumGoroutine()
@@ -120,6 +133,7 @@ func (h *heldRun) hold() (Result, error) {
 	el := time.Since(start)
 	d, st := h.cnt.snapshot().sub(s0), storeCount(h.cfg)-st0
 	heap := heapInUse()
+	writeHeapProfile(len(h.leases))
 	lost := 0
 	var lostErr error
 	for _, l := range h.leases {
@@ -131,6 +145,7 @@ func (h *heldRun) hold() (Result, error) {
 	n := len(h.leases)
 	r := Result{Workload: "held" + strconv.Itoa(n), Ops: int64(n), Elapsed: el}
 	r.add(float64(int64(heap)-int64(h.heap0))/float64(n), "B/lease")
+	r.add(float64(int64(heap)-int64(h.heapTenth))/float64(n-n/10), "marginal-B/lease")
 	r.add(float64(h.gor0), "goroutines-before")
 	r.add(float64(gor), "goroutines")
 	r.add(float64(d.renewals())/el.Seconds(), "renew-calls/s")
@@ -148,9 +163,26 @@ func (h *heldRun) hold() (Result, error) {
 	if lost > 0 {
 		// A failed benchmark prints no metrics: the error says them.
 		return r, fmt.Errorf("%d of %d leases lost, %d of them while taking the others (TTL %v; %d renewals cut off by their context's deadline; %s), e.g.: %w",
-			lost, n, h.lostTaking, h.cfg.heldTTL, h.cnt.renewCut.Load(), metricsText(r.Metrics), lostErr)
+			lost, n, h.lostTaking, h.ttl, h.cnt.renewCut.Load(), metricsText(r.Metrics), lostErr)
 	}
 	return r, nil
+}
+
+// writeHeapProfile writes the heap profile of the process while it holds
+// n leases to the file named by DLOCK_BENCH_HELD_HEAPPROFILE with the size
+// appended ("" writes none), to see what is kept per lease (run with
+// -memprofilerate 512 for a fine sample).
+func writeHeapProfile(n int) {
+	path := os.Getenv("DLOCK_BENCH_HELD_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path + "." + strconv.Itoa(n))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	pprof.Lookup("heap").WriteTo(f, 0)
 }
 
 // metricsText is ms as "value unit" pairs.

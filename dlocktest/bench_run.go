@@ -38,7 +38,7 @@ type WorkloadConfig struct {
 	Warmup    time.Duration // run first and not measured: 0.5s
 	HerdSizes []int         // waiters: 10, 100, 1000
 	HeldSizes []int         // leases: 10,000 and 100,000
-	HeldTTL   time.Duration // TTL of the held leases: 3s
+	HeldTTL   time.Duration // TTL of the held leases: 3s per 10,000 (see HeldTTL)
 }
 
 // ErrUnknownWorkload is the error of [RunWorkload] and [CheckWorkloads]
@@ -134,7 +134,7 @@ func (wc WorkloadConfig) withDefaults() WorkloadConfig {
 		wc.HeldSizes = def.held
 	}
 	if wc.HeldTTL <= 0 {
-		wc.HeldTTL = def.heldTTL
+		wc.HeldTTL = def.heldTTL // 0 still: by size
 	}
 	return wc
 }

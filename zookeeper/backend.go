@@ -39,6 +39,7 @@ type Backend struct {
 	lostAt    time.Time     // ... for want of an answer since this time
 	changed   chan struct{} // closed and replaced when the session state changes
 	holds     map[*hold]struct{}
+	sweepAt   time.Time // the monitor sweeps again by then (or when kicked)
 	orphans   []orphan
 	closed    bool
 	onLoss    func(dlock.Hold, error) // the Client's loss handler, see ReportLoss
@@ -426,6 +427,19 @@ func (b *Backend) exists(ctx context.Context, path string) (*zk.Stat, error) {
 		}
 		return st, err
 	})
+}
+
+// existsW is exists that also leaves a watch on the node (when it exists),
+// whose channel gets the node's next change.
+func (b *Backend) existsW(ctx context.Context, path string) (*zk.Stat, <-chan zk.Event, error) {
+	r, err := call(b, ctx, func() (getResult, error) {
+		ok, st, ch, err := b.conn.ExistsW(path)
+		if err == nil && !ok {
+			return getResult{}, zk.ErrNoNode
+		}
+		return getResult{stat: st, watch: ch}, err
+	})
+	return r.stat, r.watch, err
 }
 
 func (b *Backend) set(ctx context.Context, path string, data []byte, version int32) (*zk.Stat, error) {

@@ -62,6 +62,13 @@ func (hd *hold) overLocked(released string) error {
 // time plus the session timeout; ttl (at most the session timeout) is how
 // long the backend keeps the hold without a further renewal.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	return b.renew(ctx, h, ttl, false)
+}
+
+// renew is Renew; with watch it leaves a watch on the node of an own hold
+// of the current session, which lets later renewals in a batch go without
+// a request of their own (see RenewBatch).
+func (b *Backend) renew(ctx context.Context, h dlock.Hold, ttl time.Duration, watch bool) error {
 	hd, err := b.holdOf(ctx, h)
 	if err != nil {
 		return err
@@ -75,13 +82,23 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 	if err := b.checkTTL(ttl); err != nil {
 		return err
 	}
+	sid, _ := b.session()
 	b.mu.Lock()
 	hd.busy++
+	// A watch left earlier stays: a second one on the node would be kept
+	// by go-zookeeper until the node changes.
+	watch = watch && hd.watch == nil && hd.own && hd.session == sid
 	b.mu.Unlock()
 
 	start := time.Now()
-	st, err := b.exists(ctx, hd.path)
-	sid, _ := b.session()
+	var st *zk.Stat
+	var ch <-chan zk.Event
+	if watch {
+		st, ch, err = b.existsW(ctx, hd.path)
+	} else {
+		st, err = b.exists(ctx, hd.path)
+	}
+	sid, _ = b.session()
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -103,27 +120,102 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 		return hd.lost
 	}
 	hd.expires = start.Add(ttl)
+	if ch != nil {
+		hd.watch = ch
+	}
 	return nil
 }
 
-// RenewBatch renews many holds at once: the requests go out together on
-// the one connection, pipelined by a fixed number of goroutines (not one
-// per hold), so a batch costs few round trips.
+// RenewBatch renews many holds with one request for all those that a
+// watch already guards, and a request each for the others.
+//
+// A hold's first renewal in a batch reads its node as Renew does and
+// leaves a watch on it. A later renewal of a hold whose watch is still
+// quiet needs no request of its own: the one request of the batch (a read
+// of the root), once answered, proves that the session was alive when it
+// was sent, and ZooKeeper delivers a watch's event before the answer to
+// any request sent after the change, so a node deleted (or changed) before
+// then has its event in the watch's channel by the time the answer
+// arrives. The node's path carries a random id per acquisition, so the
+// node that exists at it is the hold's own. A hold whose watch fired, one
+// in another session and one without a watch is renewed by its own
+// request, pipelined by a fixed number of goroutines (not one per hold).
 func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	errs := make([]error, len(rs))
+	quiet := make([]*hold, len(rs)) // the holds a quiet watch guards
+	n := 0
+	b.mu.Lock()
+	for i, r := range rs {
+		if hd, ok := r.Hold.Handle.(*hold); ok && hd != nil && hd.watch != nil && hd.busy == 0 {
+			quiet[i] = hd
+			hd.busy++
+			n++
+		}
+	}
+	b.mu.Unlock()
+	if n > 0 {
+		start := time.Now()
+		_, err := b.exists(ctx, "/")
+		sid, _ := b.session()
+		b.mu.Lock()
+		for i, hd := range quiet {
+			if hd != nil {
+				hd.busy--
+				if errs[i] = b.renewQuietLocked(hd, rs[i].TTL, start, sid, err); errs[i] == errWatchFired {
+					quiet[i] = nil
+					n--
+				}
+			}
+		}
+		b.mu.Unlock()
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(len(rs), renewWorkers) {
+	for range min(len(rs)-n, renewWorkers) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(rs); i = int(next.Add(1) - 1) {
-				errs[i] = b.Renew(ctx, rs[i].Hold, rs[i].TTL)
+				if quiet[i] == nil {
+					errs[i] = b.renew(ctx, rs[i].Hold, rs[i].TTL, true)
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	return errs
+}
+
+// errWatchFired says that a hold's watch has an event: the hold needs a
+// request of its own to be renewed.
+var errWatchFired = errors.New("the node's watch fired")
+
+// renewQuietLocked renews hd, whose watch was quiet when the batch's
+// request was sent at start and answered with err in session sid (see
+// RenewBatch). b.mu is held.
+func (b *Backend) renewQuietLocked(hd *hold, ttl time.Duration, start time.Time, sid int64, err error) error {
+	if lost := hd.overLocked("released"); lost != nil {
+		return lost
+	}
+	if err := b.checkTTLLocked(ttl); err != nil {
+		return err
+	}
+	select {
+	case <-hd.watch:
+		hd.watch = nil
+		return errWatchFired
+	default:
+	}
+	switch {
+	case err != nil:
+		return b.unavailable("renew "+hd.path, err)
+	case hd.session != sid:
+		hd.lost = lostErr("the node of token %d of %q belongs to session 0x%x, not to the current session 0x%x", hd.token, hd.name, hd.session, sid)
+		b.kick()
+		return hd.lost
+	}
+	hd.expires = start.Add(ttl)
+	return nil
 }
 
 // renewWorkers is how many renewals of a batch are in flight at once.
@@ -151,9 +243,13 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	b.mu.Lock()
 	hd.busy--
 	if err == nil || errors.Is(err, dlock.ErrLeaseLost) {
+		// Forget it here: a pass of the monitor per release made
+		// releasing n holds cost n passes over n holds.
 		hd.done = true
+		delete(b.holds, hd)
+	} else {
+		b.kick()
 	}
-	b.kick()
 	b.mu.Unlock()
 	return err
 }

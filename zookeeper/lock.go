@@ -22,8 +22,13 @@ func (b *Backend) lockPath(name string) string {
 // client, so no lease can be promised for longer.
 func (b *Backend) checkTTL(ttl time.Duration) error {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.checkTTLLocked(ttl)
+}
+
+// checkTTLLocked is checkTTL with b.mu held.
+func (b *Backend) checkTTLLocked(ttl time.Duration) error {
 	timeout, closed := b.timeout, b.closed
-	b.mu.Unlock()
 	if closed {
 		return dlock.ErrClosed
 	}
@@ -252,7 +257,9 @@ func (b *Backend) addHold(h *hold, expires time.Time) {
 	defer b.mu.Unlock()
 	h.expires = expires
 	b.holds[h] = struct{}{}
-	b.kick()
+	if expires.Before(b.sweepAt) {
+		b.kick() // the monitor would sleep past the hold's expiry
+	}
 }
 
 // withdraw deletes the waiter's node, or leaves it to the monitor when that

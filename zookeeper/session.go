@@ -40,10 +40,11 @@ type hold struct {
 	fresh   bool  // own node granted at data version 0 with count 1
 
 	// Guarded by Backend.mu.
-	expires time.Time // release unless renewed by then (start of the last renewal + TTL)
-	busy    int       // renewals and releases in flight
-	lost    error     // why the hold is lost, nil while valid
-	done    bool      // released, or lost and cleaned up
+	expires time.Time       // release unless renewed by then (start of the last renewal + TTL)
+	watch   <-chan zk.Event // the node's watch, left by its last renewal in a batch; nil if none
+	busy    int             // renewals and releases in flight
+	lost    error           // why the hold is lost, nil while valid
+	done    bool            // released, or lost and cleaned up
 }
 
 // orphan is a node of this session that nobody uses any more: a waiter
@@ -241,6 +242,11 @@ func (b *Backend) monitor() {
 	}
 }
 
+// abandonSlack is how much later than its expiry the monitor may look at
+// a hold that its lease stopped renewing: a pass looks at every hold, and
+// waking at each hold's own expiry made the passes grow with the holds.
+const abandonSlack = time.Second
+
 // pollInterval is how often a Backend made by New samples its connection.
 const pollInterval = 50 * time.Millisecond
 
@@ -291,7 +297,7 @@ func (b *Backend) sweep() time.Duration {
 				jobs = append(jobs, func(ctx context.Context) error { return b.releaseAbandoned(ctx, h) })
 			}
 		default:
-			next = min(next, h.expires.Sub(now))
+			next = min(next, max(h.expires.Sub(now), abandonSlack))
 		}
 	}
 	keep := b.orphans[:0]
@@ -307,6 +313,7 @@ func (b *Backend) sweep() time.Duration {
 	}
 	b.orphans = keep
 	timeout := min(b.timeout, 10*time.Second)
+	b.sweepAt = now.Add(next) // the jobs below can only bring it forward
 	b.mu.Unlock()
 
 	failed := false
