@@ -163,18 +163,8 @@ func (e *Engine) refusal(name string, s lockState, owner string, seq int64) erro
 func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockState, error) {
 	var s lockState
 	for range 3 {
-		var (
-			g  dlock.Grant
-			ok bool
-		)
-		err := e.writeName(ctx, req.Name, func(ctx context.Context) error {
-			var err error
-			if g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq); err != nil || ok {
-				return err
-			}
-			s, err = e.state(ctx, &e.pool, req.Name)
-			return err
-		})
+		g, ok, st, err := e.attemptOrLook(ctx, req)
+		s = st
 		if err != nil {
 			return dlock.Grant{}, s, e.wrap(err)
 		}
@@ -188,6 +178,20 @@ func (e *Engine) try(ctx context.Context, req dlock.Request) (dlock.Grant, lockS
 		}
 	}
 	return dlock.Grant{}, s, e.refusal(req.Name, s, req.Owner, NoSeq)
+}
+
+// attemptOrLook makes one attempt for req and, when it is refused, reads
+// the lock's state, both in one turn of the name (see writeName).
+func (e *Engine) attemptOrLook(ctx context.Context, req dlock.Request) (g dlock.Grant, ok bool, s lockState, err error) {
+	err = e.writeName(ctx, req.Name, func(ctx context.Context) error {
+		var err error
+		if g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq); err != nil || ok {
+			return err
+		}
+		s, err = e.state(ctx, &e.pool, req.Name)
+		return err
+	})
+	return g, ok, s, err
 }
 
 // Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
@@ -210,26 +214,13 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 		}
 		return g, nil, err
 	}
-	var (
-		g   dlock.Grant
-		ok  bool
-		seq int64
-		s   lockState
-	)
 	// The attempt alone first, in one statement: a free lock needs no
 	// more. Only when it is refused does the request take its place: a
 	// row at the end of the queue, written without holding the lock's
 	// row, so that the release a waiter is waiting for is never held up
 	// by a newcomer. A release between the attempt and the queueing is
 	// not missed: the waiter subscribes to the feed, then looks.
-	err := e.writeName(ctx, req.Name, func(ctx context.Context) error {
-		var err error
-		if g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq); err != nil || ok {
-			return err
-		}
-		s, err = e.state(ctx, &e.pool, req.Name)
-		return err
-	})
+	g, ok, s, err := e.attemptOrLook(ctx, req)
 	switch {
 	case err != nil:
 		return dlock.Grant{}, nil, e.wrap(err)
@@ -240,6 +231,7 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	case s.fault != "":
 		return dlock.Grant{}, nil, e.foreign(req.Name, s.fault) // nothing queued
 	}
+	var seq int64
 	sent := time.Now()
 	err = e.writeName(ctx, req.Name, func(ctx context.Context) error {
 		var err error
