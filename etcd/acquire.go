@@ -131,7 +131,8 @@ func (a *acquisition) attempt(n int) (result, outcome) {
 			return result{err: err}, next
 		}
 	}
-	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive, reuse: n == 0}
+	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive, reuse: n == 0,
+		checked: a.b.listed.epoch()}
 	tr, next, err := a.transact(actx, h)
 	if next != proceed {
 		return result{err: err}, next
@@ -318,6 +319,7 @@ var errHolderChanged = errors.New("etcd: the holder changed")
 func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.KeyValue, need int64) (dlock.Grant, error) {
 	key := string(kv.Key)
 	v := decode(kv)
+	checked := b.listed.epoch()
 	tr, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
 			clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
@@ -329,7 +331,7 @@ func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.Key
 	if !tr.Succeeded {
 		return dlock.Grant{}, errHolderChanged
 	}
-	h := &handle{name: req.Name, key: key, need: need, lease: clientv3.LeaseID(kv.Lease)}
+	h := &handle{name: req.Name, key: key, need: need, lease: clientv3.LeaseID(kv.Lease), checked: checked}
 	r := &renewal{h: h, owner: req.Owner, token: kv.CreateRevision, need: need}
 	b.renewAll(ctx, []*renewal{r})
 	if r.err != nil {

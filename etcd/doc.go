@@ -1,7 +1,7 @@
 // Package etcd is a dlock backend on etcd v3 (go.etcd.io/etcd/client/v3):
-// one key per acquisition under the lock's prefix, bound to an etcd lease
-// of its own, granted in create-revision order, with the key's create
-// revision as the fencing token.
+// one key per acquisition under the lock's prefix, on an etcd lease that
+// the backend's holds of one TTL share, granted in create-revision order,
+// with the key's create revision as the fencing token.
 //
 // [Open] dials a client of its own from a comma list of endpoints; [New]
 // uses a *clientv3.Client the caller owns; the "etcd" URL scheme is
@@ -54,8 +54,10 @@
 // then the grant counts from that confirmation. Uncontended, an
 // acquisition is one round trip and one write, a release one
 // compare-and-delete (of a key not modified since its creation at the
-// token), and holding many locks costs one keep-alive per renewal period,
-// plus one read per 100 held keys.
+// token), and holding many locks costs, per renewal period, one keep-alive
+// per renewal call (the Client renews up to 1,024 holds a call) and about
+// two listings of the keys on the shared lease, whatever the number of
+// holds (see below).
 //
 // A waiter waits for the deletion of its immediate predecessor only, so a
 // release wakes one waiter. The deletions come from long-lived watches,
@@ -96,5 +98,15 @@
 // (Lock) or given back (TryLock). A renewal is a keep-alive of the hold's
 // lease and a read of its key; holds due at once are renewed together
 // ([Backend.RenewBatch]: one keep-alive per lease, their keys read 100 to
-// a transaction); a longer TTL moves the key onto a lease of its own.
+// a transaction); a longer TTL moves the key onto a lease of its own. When
+// a call renews more than 100 holds on a shared lease, one request for
+// the keys etcd has attached to that lease stands for their reads, and
+// the calls of a renewal period share it: a listing serves a hold if it
+// was requested after the hold's key was last found there and at most a
+// sixth of the TTL ago. So every renewal looks at each key anew, and a key
+// deleted by someone else is found gone at the first renewal that comes a
+// sixth of the TTL after the deletion, the second at the latest. The
+// listing is kept as 64-bit hashes of the keys (8 bytes a hold); a deleted
+// key whose hash equals another's on the lease would go unnoticed, a
+// chance of about n/2⁶⁴ among n holds.
 package etcd

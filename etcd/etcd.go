@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"net"
 	"net/url"
@@ -110,6 +111,7 @@ type Backend struct {
 	tracked tracked       // the holds on them
 	seq     atomic.Uint64 // numbers the acquisitions' keys
 	keys    keyPool       // deleted keys, to use again
+	listed  listings      // of the keys on the shared leases, for renewals
 	quit    chan struct{} // closed by Close
 
 	mu     sync.Mutex
@@ -147,6 +149,7 @@ func newBackend(cli *clientv3.Client, cfg config) *Backend {
 		quit:   make(chan struct{}),
 	}
 	b.hub.b = b
+	b.listed.seed = maphash.MakeSeed()
 	b.desc = "etcd " + strings.Join(trimScheme(cli.Endpoints()), ",") + "/" + b.prefix
 	return b
 }

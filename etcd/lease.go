@@ -21,11 +21,31 @@ type handle struct {
 	// resolved: the hold was found by its token, not made by this backend
 	resolved bool
 
+	// mu guards the fields below; swept and freed sit above it, where the
+	// padding after the flags has room for them (a hold's handle is kept
+	// for as long as it is held, by the 100,000).
+	swept bool // sweep deletes the key
+	freed bool // the key was deleted at its release and may be used again
 	mu    sync.Mutex
 	lease clientv3.LeaseID // the lease the key is on
 	alive time.Time        // send time of the last grant or keep-alive of lease that etcd answered
-	swept bool             // sweep deletes the key
-	freed bool             // the key was deleted at its release and may be used again
+	// checked says when the key was last found there: by the listing of
+	// that number, or by a request sent before listing checked+1 was (see
+	// listings.epoch).
+	checked uint64
+}
+
+// seen records that the key was found there as checked says.
+func (h *handle) seen(checked uint64) {
+	h.mu.Lock()
+	h.checked = max(h.checked, checked)
+	h.mu.Unlock()
+}
+
+func (h *handle) lastChecked() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.checked
 }
 
 // free records that the release of h deleted its key, and reports whether

@@ -31,9 +31,11 @@ type renewal struct {
 	need  int64
 	err   error
 
-	kv    *mvccpb.KeyValue // the key as read
-	adopt bool             // the key is on another lease than the handle's
-	move  bool             // the key's lease is shorter than needed
+	kv     *mvccpb.KeyValue // the key as read
+	listed bool             // kv stands for the key found in a listing of its lease
+	seen   uint64           // when kv was found (see handle.checked)
+	adopt  bool             // the key is on another lease than the handle's
+	move   bool             // the key's lease is shorter than needed
 }
 
 // Renew keeps the lease of h alive and checks that h's key is still there
@@ -79,6 +81,7 @@ func (b *Backend) resolve(ctx context.Context, h dlock.Hold) (*handle, error) {
 		return nil, lostf("etcd: no acquisition has token %d", h.Token)
 	}
 	rev := int64(h.Token)
+	checked := b.listed.epoch()
 	resp, err := b.cli.Get(ctx, b.lockPrefix(h.Name), clientv3.WithPrefix(),
 		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
 	if err != nil {
@@ -88,7 +91,7 @@ func (b *Backend) resolve(ctx context.Context, h dlock.Hold) (*handle, error) {
 		return nil, lostf("etcd: the key of token %d is gone: its lease expired or was revoked, or it was released", h.Token)
 	}
 	kv := resp.Kvs[0]
-	return &handle{name: h.Name, key: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), resolved: true}, nil
+	return &handle{name: h.Name, key: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), resolved: true, checked: checked}, nil
 }
 
 // renewAll renews the items, setting each one's err.
@@ -106,10 +109,8 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 	ctx, cancel := context.WithTimeout(ctx, min(max(time.Duration(shortest)*time.Second/4, 250*time.Millisecond), 5*time.Second))
 	defer cancel()
 	ids := make([]clientv3.LeaseID, len(items))
-	keys := make([]string, len(items))
 	for i, it := range items {
 		ids[i] = it.h.leaseID()
-		keys[i] = it.h.key
 	}
 	var (
 		ttls  map[clientv3.LeaseID]int64
@@ -122,7 +123,7 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 		defer wg.Done()
 		ttls, kaErr = b.keepAlive(ctx, ids)
 	}()
-	kvs, present, err := b.readHeld(ctx, ids, keys)
+	err := b.readHeld(ctx, items, ids)
 	wg.Wait()
 	if err != nil {
 		err = wrap(ctx, "reading the keys of held locks", err)
@@ -133,9 +134,7 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 	}
 	var adopt []*renewal
 	for i, it := range items {
-		if present[keys[i]] {
-			it.kv = &mvccpb.KeyValue{Key: []byte(keys[i]), CreateRevision: it.token, Lease: int64(ids[i])}
-		} else if it.kv = kvs[keys[i]]; it.check() {
+		if !it.listed && it.check() {
 			continue
 		}
 		if clientv3.LeaseID(it.kv.Lease) != ids[i] {
@@ -162,6 +161,9 @@ func (b *Backend) renewAll(ctx context.Context, items []*renewal) {
 	for _, it := range items {
 		if it.move && it.err == nil {
 			it.err = b.moveLease(ctx, it)
+		}
+		if it.err == nil {
+			it.h.seen(it.seen)
 		}
 	}
 }
@@ -205,42 +207,62 @@ func (it *renewal) judge(ctx context.Context, ttls map[clientv3.LeaseID]int64, k
 // --max-txn-ops defaults to 128).
 const maxTxnOps = 100
 
-// readHeld reads the keys of the items (each on lease ids[i]). When more
-// than maxTxnOps of them are on one shared lease, one request for the keys
-// etcd has attached to that lease stands for their reads: a key of this
+// readHeld finds the key of each item (on lease ids[i]) and sets its kv
+// (nil if the key is gone) and seen. When more than maxTxnOps of them are
+// on one shared lease, a listing of the keys etcd has attached to that
+// lease (see Backend.listing) stands for their reads: a key of this
 // backend's acquisition (its name is unique among its live keys) attached
 // to the backend's lease exists and is the hold's, since the backend uses
-// a key again only after the hold's release deleted it (keyPool). Those
-// keys are in present, the others, read, in kvs.
-func (b *Backend) readHeld(ctx context.Context, ids []clientv3.LeaseID, keys []string) (kvs map[string]*mvccpb.KeyValue, present map[string]bool, err error) {
-	per := make(map[clientv3.LeaseID]int)
-	for _, id := range ids {
-		per[id]++
+// a key again only after the hold's release deleted it (keyPool). The
+// other keys, and those the listing lacks, are read.
+func (b *Backend) readHeld(ctx context.Context, items []*renewal, ids []clientv3.LeaseID) error {
+	per := make(map[clientv3.LeaseID][]int)
+	for i, id := range ids {
+		per[id] = append(per[id], i)
 	}
-	attached := make(map[string]clientv3.LeaseID)
-	for id, n := range per {
-		if n <= maxTxnOps || !b.isShared(id) {
+	var rest []int
+	for id, is := range per {
+		if len(is) <= maxTxnOps || !b.isShared(id) {
+			rest = append(rest, is...)
 			continue
 		}
-		r, err := b.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+		after, need := uint64(0), items[is[0]].need
+		for _, i := range is {
+			after, need = max(after, items[i].h.lastChecked()), min(need, items[i].need)
+		}
+		l, err := b.listing(ctx, id, after, listingMaxAge(need))
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		for _, k := range r.Keys {
-			attached[string(k)] = id
-		}
-	}
-	present = make(map[string]bool)
-	var rest []string
-	for i, k := range keys {
-		if id, ok := attached[k]; ok && id == ids[i] {
-			present[k] = true
-		} else {
-			rest = append(rest, k)
+		for _, i := range is {
+			it := items[i]
+			if !l.has(b.listed.seed, it.h.key) {
+				rest = append(rest, i)
+				continue
+			}
+			it.kv = &mvccpb.KeyValue{Key: []byte(it.h.key), CreateRevision: it.token, Lease: int64(id)}
+			it.listed, it.seen = true, l.seq
 		}
 	}
-	kvs, err = b.read(ctx, rest)
-	return kvs, present, err
+	epoch := b.listed.epoch()
+	keys := make([]string, len(rest))
+	for j, i := range rest {
+		keys[j] = items[i].h.key
+	}
+	kvs, err := b.read(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for _, i := range rest {
+		items[i].kv, items[i].seen = kvs[items[i].h.key], epoch
+	}
+	return nil
+}
+
+// listingMaxAge is how old a listing of the keys on a shared lease may be
+// for renewals of TTL need (seconds): half the renewal period.
+func listingMaxAge(need int64) time.Duration {
+	return time.Duration(need) * time.Second / 6
 }
 
 // readParallel is how many read transactions of one renewal are in

@@ -3,7 +3,9 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,4 +150,164 @@ func leaseCountingClient(t *testing.T, addr, prefix string) (_ *dlock.Client, gr
 		t.Fatal(err)
 	}
 	return c, grants, revokes
+}
+
+// Renewing many holds on the backend's shared lease, in calls of a few
+// hundred as a Client makes them, costs etcd a number of requests per
+// round that does not grow with the holds or the calls: one listing of the
+// lease's keys and one keep-alive per call, no read of a key. (A listing per
+// call made 100,000 holds cost 100 listings of 100,000 keys every renewal
+// period.) Every round still looks at the keys anew: a key deleted by
+// someone else is found gone at the next renewal. An acquisition among
+// many holds costs what it costs alone.
+func TestRenewManyHoldsOnSharedLease(t *testing.T) {
+	srv := testserver.Etcd(t, fastElection)
+	ctx := ctxT(t, 5*time.Minute)
+	var cnt requestCounter
+	be, err := etcd.Open(ctx, srv.Endpoint(), etcd.Prefix("many"), etcd.DialOptions(cnt.dialOptions()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	const (
+		n   = 4096
+		per = 512 // holds per RenewBatch call
+		ttl = time.Minute
+	)
+	rs := acquireMany(t, ctx, be, n, ttl)
+
+	for round := 1; round <= 3; round++ {
+		if round == 3 {
+			// Someone else deletes one hold's key.
+			cli := raw(t, []string{srv.Endpoint()})
+			if _, err := cli.Delete(ctx, keyOf(t, ctx, cli, be, rs[7].Hold)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := cnt.snapshot()
+		for off := 0; off < n; off += per {
+			for i, err := range be.RenewBatch(ctx, rs[off:off+per]) {
+				lost := round == 3 && off+i == 7
+				switch {
+				case lost && !errors.Is(err, dlock.ErrLeaseLost):
+					t.Fatalf("round %d: renewing the hold whose key was deleted: %v, want ErrLeaseLost", round, err)
+				case !lost && err != nil:
+					t.Fatalf("round %d: renewing hold %d: %v", round, off+i, err)
+				}
+			}
+		}
+		d := cnt.snapshot().minus(before)
+		t.Logf("round %d: %d holds in %d calls: %v", round, n, n/per, d)
+		// The listing of round 3 lacks the deleted key, which is read.
+		reads := 0
+		if round == 3 {
+			reads = 1
+		}
+		if d.listings > 1 || d.reads > reads || d.keepAlives > n/per || d.other != 0 {
+			t.Errorf("round %d: renewing %d holds on one lease in %d calls sent %v; want at most 1 listing, %d reads, %d keep-alives and nothing else",
+				round, n, n/per, d, reads, n/per)
+		}
+	}
+
+	before := cnt.snapshot()
+	if _, _, err := be.Acquire(ctx, dlock.Request{Name: "one-more", Owner: "o", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	if d := cnt.snapshot().minus(before); d.reads != 1 || d.listings+d.other != 0 || d.keepAlives > 1 {
+		t.Errorf("an acquisition among %d holds sent %v; want one transaction and at most one keep-alive", n, d)
+	}
+}
+
+// acquireMany takes n locks on be with TTL ttl and returns their renewals.
+func acquireMany(t *testing.T, ctx context.Context, be *etcd.Backend, n int, ttl time.Duration) []dlock.Renewal {
+	t.Helper()
+	rs := make([]dlock.Renewal, n)
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n && failed.Load() == nil; i = int(next.Add(1) - 1) {
+				req := dlock.Request{Name: fmt.Sprint("m", i), Owner: "o", TTL: ttl}
+				g, _, err := be.Acquire(ctx, req)
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				rs[i] = dlock.Renewal{Hold: dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}, TTL: ttl}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		t.Fatalf("acquiring %d locks: %v", n, *err)
+	}
+	return rs
+}
+
+// keyOf returns the key of hold h on be.
+func keyOf(t *testing.T, ctx context.Context, cli *clientv3.Client, be *etcd.Backend, h dlock.Hold) string {
+	t.Helper()
+	resp, err := cli.Get(ctx, etcd.LockPrefix(be, h.Name), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != int64(h.Token) {
+		t.Fatalf("the key of %s: %v, %v", h.Name, resp, err)
+	}
+	return string(resp.Kvs[0].Key)
+}
+
+// requestCounter counts the requests a backend sends etcd, by kind, with
+// gRPC client interceptors.
+type requestCounter struct {
+	listings, reads, keepAlives, other atomic.Int64
+}
+
+// requests is a count of requests by kind.
+type requests struct{ listings, reads, keepAlives, other int }
+
+func (r requests) String() string {
+	return fmt.Sprintf("%d listings of a lease's keys, %d reads, %d keep-alives, %d others", r.listings, r.reads, r.keepAlives, r.other)
+}
+
+func (r requests) minus(s requests) requests {
+	return requests{r.listings - s.listings, r.reads - s.reads, r.keepAlives - s.keepAlives, r.other - s.other}
+}
+
+func (c *requestCounter) snapshot() requests {
+	return requests{int(c.listings.Load()), int(c.reads.Load()), int(c.keepAlives.Load()), int(c.other.Load())}
+}
+
+func (c *requestCounter) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			switch {
+			case strings.HasSuffix(method, "/LeaseTimeToLive"):
+				c.listings.Add(1)
+			case strings.HasSuffix(method, "/Range"), strings.HasSuffix(method, "/Txn"):
+				c.reads.Add(1)
+			default:
+				c.other.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			s, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || !strings.HasSuffix(method, "/LeaseKeepAlive") {
+				return s, err
+			}
+			return &keepAliveCounting{ClientStream: s, n: &c.keepAlives}, nil
+		}),
+	}
+}
+
+// keepAliveCounting counts the keep-alives sent on a LeaseKeepAlive stream.
+type keepAliveCounting struct {
+	grpc.ClientStream
+	n *atomic.Int64
+}
+
+func (s *keepAliveCounting) SendMsg(m any) error {
+	s.n.Add(1)
+	return s.ClientStream.SendMsg(m)
 }
