@@ -234,9 +234,9 @@ func benchPglock(b *testing.B, dsn string) {
 // pglockContended is how long pglock's Contended and Contended64 measure:
 // each of its hand-offs waits out a waiter's sleep, so a few seconds
 // measure a few grants, which the rows report as grants/s and changes/s
-// over the whole run. The Locks in flight when it ends still finish (up
-// to a waiter's sleep, 20 s, each), so a run takes about 80 s (8) and
-// 160 s (64) here, not the hours that b.N grants could take.
+// over the whole run. The Locks still waiting a second after it ends are
+// given up (dlocktest's timed span), so a run takes about 11 s, not the
+// hours that b.N grants could take.
 const pglockContended = 10 * time.Second
 
 // pglockLocker is cirello.io/pglock's blocking Acquire and its Release.

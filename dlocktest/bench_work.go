@@ -71,6 +71,22 @@ func opsSpan(n int, onBegin func()) *span {
 
 func timeSpan(d time.Duration) *span { return &span{d: d} }
 
+// spanGrace is how long after a timed span's end a Lock still waiting is
+// let run before it is given up.
+const spanGrace = time.Second
+
+// waitContext returns the context for the Locks of a begun span. For a
+// timed span it ends spanGrace after the span, so that a library whose
+// waiters sleep between attempts (pglock: 20 s) cannot stretch a run long
+// past its measured time; the grants of that grace are still counted, over
+// the time they took.
+func (s *span) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.count {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, time.Unix(0, s.end.Load()).Add(spanGrace))
+}
+
 // begin starts the measured part.
 func (s *span) begin() {
 	if s.onBegin != nil {
@@ -217,12 +233,17 @@ func contended(ctx context.Context, lockers []Locker, name string, work time.Dur
 	var wg sync.WaitGroup
 	sp.begin()
 	start := time.Now()
+	wctx, cancel := sp.waitContext(ctx)
+	defer cancel()
 	for g, l := range lockers {
 		wg.Go(func() {
 			for sp.next() {
 				t0 := time.Now()
-				unlock, err := l.Lock(ctx, name)
+				unlock, err := l.Lock(wctx, name)
 				if err != nil {
+					if wctx.Err() != nil && ctx.Err() == nil {
+						return // a timed span's grace is over
+					}
 					sp.fail(err)
 					return
 				}
