@@ -18,10 +18,13 @@ var _ dlock.BatchRenewer = (*Backend)(nil)
 var errNotHeld = errors.New("does not hold it")
 
 // Renew extends the hold on every master in parallel. It succeeds when a
-// quorum extended it in time to leave validity; otherwise the hold is lost
-// (the error matches [dlock.ErrLeaseLost]), because fewer than a quorum
-// cannot keep it from another client, and what is left of it is released
-// in the background.
+// quorum extended it in time to leave validity. When the masters' answers
+// rule a quorum out, the hold is lost (the error matches
+// [dlock.ErrLeaseLost]), because fewer than a quorum cannot keep it from
+// another client, and what is left of it is released in the background.
+// When a quorum was missed only for masters that did not answer, the error
+// is a [*QuorumError] and the hold is kept: the lease is valid until its
+// deadline, and the Client renews it again meanwhile.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
 	if b.closed.Load() {
 		return fmt.Errorf("%w: the redlock backend is closed", dlock.ErrClosed)
@@ -38,7 +41,11 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 		}
 		return res[0] == nil, res[0]
 	})
-	return b.renewed(h, ttl, ok, no, failed, time.Since(start))
+	err := b.renewed(h, ttl, ok, no, failed, time.Since(start))
+	if errors.Is(err, dlock.ErrLeaseLost) {
+		b.releaseLost([]dlock.Hold{h})
+	}
+	return err
 }
 
 // RenewBatch renews many holds with one script call per master, sent to
@@ -65,6 +72,7 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 		return callErrs[i] == nil, callErrs[i]
 	})
 	el := time.Since(start)
+	var lost []dlock.Hold
 	for j, r := range rs {
 		ok := 0
 		var no []int
@@ -82,7 +90,11 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 			}
 		}
 		errs[j] = b.renewed(r.Hold, r.TTL, ok, no, failed, el)
+		if errors.Is(errs[j], dlock.ErrLeaseLost) {
+			lost = append(lost, r.Hold)
+		}
 	}
+	b.releaseLost(lost)
 	return errs
 }
 
@@ -132,19 +144,33 @@ func (b *Backend) renewOn(ctx context.Context, i int, keys []string, args []any)
 }
 
 // renewed judges a renewal of h that ok masters made, no masters refused
-// and failed could not make, in el: lost, and released on every master,
-// without a quorum or without validity left.
+// and failed could not make (the others did not answer), in el. It is
+// lost, and the caller releases it on every master, when the masters that
+// answered rule a quorum out (they do not hold it, or hold foreign data
+// there) or when no validity is left. Masters that did not answer in time
+// rule nothing out: the lease stays valid until its deadline, which
+// counts from the last renewal that a quorum made, and the error (a
+// [*QuorumError], matching [dlock.ErrBackendUnavailable]) has the Client
+// renew again while the lease lasts. A slow pass over thousands of holds
+// on a loaded machine must not cost all of them at once.
 func (b *Backend) renewed(h dlock.Hold, ttl time.Duration, ok int, no []int, failed []nodeRes, el time.Duration) error {
 	if ok < b.quorum {
-		b.releaseLost(h)
 		e := b.quorumError("renew", ok, failed)
 		for _, i := range no {
 			e.Failed = append(e.Failed, NodeError{Addr: b.addrs[i], Err: errNotHeld})
 		}
+		unsure := len(b.nodes) - ok - len(no)
+		for _, f := range failed {
+			if errors.Is(f.err, dlock.ErrForeignData) {
+				unsure--
+			}
+		}
+		if ok+unsure >= b.quorum {
+			return e
+		}
 		return fmt.Errorf("%w: %w", dlock.ErrLeaseLost, e)
 	}
 	if ttl-el-b.drift(ttl) <= 0 {
-		b.releaseLost(h)
 		return fmt.Errorf("%w: the renewal took %v of a %v TTL", dlock.ErrLeaseLost, el.Round(time.Millisecond), ttl)
 	}
 	return nil
