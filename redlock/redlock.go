@@ -171,7 +171,12 @@ func (b *Backend) nodeCtx(ctx context.Context) (context.Context, context.CancelF
 // timeout, with one context for all of them; each call runs done when it
 // ends, and the last one releases the context.
 func (b *Backend) roundCtx(ctx context.Context, n int) (rctx context.Context, done func()) {
-	rctx, cancel := b.nodeCtx(ctx)
+	return b.boundCtx(ctx, b.cfg.nodeTimeout, n)
+}
+
+// boundCtx is roundCtx with the bound d instead of the node timeout.
+func (b *Backend) boundCtx(ctx context.Context, d time.Duration, n int) (rctx context.Context, done func()) {
+	rctx, cancel := context.WithTimeout(ctx, d)
 	var left atomic.Int32
 	left.Store(int32(n))
 	return rctx, func() {
