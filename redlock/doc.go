@@ -84,9 +84,13 @@
 // background (for a pass that lost many, one goroutine per master sends
 // the releases as pipelines).
 // The Client renews all the leases that are due together
-// ([dlock.BatchRenewer]): one script call per master per renewal pass,
-// sent to the masters in parallel, which waits for every master's answer
-// (at most the node timeout) and judges each hold as above.
+// ([dlock.BatchRenewer]): one script call per master for up to 1,024
+// holds, sent to the masters in parallel, each at once on a connection of
+// its own; it returns as soon as every hold has a quorum of renewals (or
+// every master answered, or a third of the shortest TTL passed, at least
+// the node timeout: validity counts from before the send, and a call for
+// a thousand holds is far more work than an acquisition) and judges each
+// hold as above.
 // Release gives up the hold on all masters and returns as soon as a quorum
 // released (or, short of that, when all answered: it succeeds when the
 // masters that answered released, and reports ErrLeaseLost when a quorum
