@@ -104,7 +104,11 @@ func (b *Backend) renewRound(ctx context.Context, holds int, keys []string, args
 	}
 	n := len(b.nodes)
 	ch := make(chan answer, n)
-	rctx, done := b.boundCtx(ctx, bound, n)
+	// A call still under way when the round returns goes on until its
+	// bound, or until the Backend closes.
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(b.closing, cancel)
+	rctx, done := b.boundCtx(cctx, bound, n, func() { stop(); cancel() })
 	for i := range n {
 		b.bg.Add(1)
 		b.spawn(i, func() {
