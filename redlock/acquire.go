@@ -440,6 +440,10 @@ func (a *attempt) decide(state int, token uint64) []nodeRes {
 			rest = append(rest, r)
 		}
 	}
+	// Answers from now on are late ones (see send): drop the buffer, which
+	// a granted attempt would keep for as long as its hold lasts (room
+	// for every master's answer to every round, 1.5 KiB with 5 masters).
+	a.ch = nil
 	a.mu.Unlock()
 	for _, f := range fs {
 		a.b.bg.Add(1)

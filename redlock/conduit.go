@@ -132,6 +132,34 @@ func (b *Backend) run(ctx context.Context, i int, s *goredis.Script, keys []stri
 	}
 }
 
+// runNow calls script s on master i at once, on a connection of its own
+// (outside the master's places in flight), bounded by ctx alone. It is for
+// a renewal of many holds: queued behind acquisitions, it would go in
+// their pipeline under one node timeout, far too short for its work.
+func (b *Backend) runNow(ctx context.Context, i int, s *goredis.Script, keys []string, args []any) *goredis.Cmd {
+	c := &call{s: s, keys: keys, args: args}
+	b.send(ctx, b.conduits[i].c, []*call{c})
+	return c.cmd
+}
+
+// runAll runs script s on master i once for each of gbs (prepared, see
+// prepare) as one pipeline bounded by ctx, and returns the calls' answers
+// in order. It is for background work of many calls at once (the release
+// of many lost holds), which would otherwise take a goroutine per call to
+// queue them here; it does not take one of the master's places in flight.
+func (b *Backend) runAll(ctx context.Context, i int, s *goredis.Script, gbs []giveBack) []*goredis.Cmd {
+	batch := make([]*call, len(gbs))
+	for j := range gbs {
+		batch[j] = &call{s: s, keys: gbs[j].keys, args: gbs[j].args}
+	}
+	b.send(ctx, b.conduits[i].c, batch)
+	cmds := make([]*goredis.Cmd, len(batch))
+	for j, c := range batch {
+		cmds[j] = c.cmd
+	}
+	return cmds
+}
+
 // serve gives up the caller's place among the calls in flight, or, if
 // calls queued meanwhile, keeps it for a goroutine that sends them.
 func (b *Backend) serve(cd *conduit) {

@@ -68,17 +68,29 @@
 // grants).
 //
 // A renewal extends the hold on every master and succeeds only when a
-// quorum did so with validity left; fewer is a loss ([dlock.ErrLeaseLost]),
-// which the Client reports through the lease's Done and Err. A master where
+// quorum did so with validity left. When the masters that answered rule a
+// quorum out (they do not hold it), the hold is lost
+// ([dlock.ErrLeaseLost]), which the Client reports through the lease's
+// Done and Err. When a quorum was missed only for masters that did not
+// answer in time, the renewal fails with a [*QuorumError] and the hold is
+// kept: the lease stays valid until its deadline (counted from the last
+// renewal a quorum made, so the masters that did not answer still hold
+// it until then), and the Client renews it again meanwhile. A master where
 // the lock is free and whose fence is not above the holder's token (it
 // answered the acquisition too late, restarted empty, or let its copy
 // expire) takes the hold again on renewal, so that a hold granted by a bare
 // quorum spreads to the other masters and survives losing one of them. A
-// renewal that fails releases what is left of the hold in the background.
+// renewal that loses the hold releases what is left of it in the
+// background (for a pass that lost many, one goroutine per master sends
+// the releases as pipelines).
 // The Client renews all the leases that are due together
-// ([dlock.BatchRenewer]): one script call per master per renewal pass,
-// sent to the masters in parallel, which waits for every master's answer
-// (at most the node timeout) and judges each hold as above.
+// ([dlock.BatchRenewer]): one script call per master for up to 1,024
+// holds, sent to the masters in parallel, each at once on a connection of
+// its own; it returns as soon as every hold has a quorum of renewals (or
+// every master answered, or a third of the shortest TTL passed, at least
+// the node timeout: validity counts from before the send, and a call for
+// a thousand holds is far more work than an acquisition) and judges each
+// hold as above.
 // Release gives up the hold on all masters and returns as soon as a quorum
 // released (or, short of that, when all answered: it succeeds when the
 // masters that answered released, and reports ErrLeaseLost when a quorum

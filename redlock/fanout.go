@@ -49,19 +49,38 @@ func (b *Backend) fanOut(ctx context.Context, need int, giveUp bool, call func(c
 	return ok, no, failed
 }
 
-// releaseLost releases a lost hold in the background on every master that
-// may still have it, so that a minority keeps nobody out until its TTL.
-// (A later Release of the lease finds nothing and reports the loss.)
-func (b *Backend) releaseLost(h dlock.Hold) {
-	if hd, _ := h.Handle.(*handle); hd != nil && !hd.a.releasing() {
+// releaseLost releases lost holds in the background on every master that
+// may still have them, so that a minority keeps nobody out until its TTL.
+// (A later Release of a lease finds nothing and reports the loss.) Each
+// master gets one goroutine, which sends the releases as pipelines: a
+// renewal pass that loses thousands of holds must not start a goroutine
+// per hold and master.
+func (b *Backend) releaseLost(hs []dlock.Hold) {
+	var holds []dlock.Hold
+	var gbs []giveBack
+	for _, h := range hs {
+		if hd, _ := h.Handle.(*handle); hd != nil && !hd.a.releasing() {
+			continue
+		}
+		holds, gbs = append(holds, h), append(gbs, b.holdRelease(h))
+	}
+	if len(gbs) == 0 {
 		return
 	}
-	gb := b.holdRelease(h)
 	for i := range b.nodes {
 		b.bg.Add(1)
 		go func() {
 			defer b.bg.Done()
-			b.releaseOn(context.Background(), i, h, gb)
+			for from := 0; from < len(gbs); from += maxBatch {
+				to := min(from+maxBatch, len(gbs))
+				ctx, cancel := b.nodeCtx(context.Background())
+				cmds := b.runAll(ctx, i, releaseScript, gbs[from:to])
+				cancel()
+				for j, cmd := range cmds {
+					ok, err := releaseReply(cmd)
+					b.releasedOn(i, holds[from+j], gbs[from+j], ok, err)
+				}
+			}
 		}()
 	}
 }
@@ -81,17 +100,23 @@ func (b *Backend) holdRelease(h dlock.Hold) giveBack {
 // retrying in the background when the master cannot be reached, and
 // records the answer for the attempt's late grants.
 func (b *Backend) releaseOn(ctx context.Context, i int, h dlock.Hold, gb giveBack) (bool, error) {
-	hd, _ := h.Handle.(*handle)
 	ok, err := b.releaseNode(ctx, i, gb)
+	b.releasedOn(i, h, gb, ok, err)
+	return ok, err
+}
+
+// releasedOn records the answer of master i to the release gb of hold h:
+// released (ok), or not held there, or the error of a release that did
+// not reach the master, which is then retried in the background.
+func (b *Backend) releasedOn(i int, h dlock.Hold, gb giveBack, ok bool, err error) {
 	if err != nil {
 		b.retry(i, gb)
 	}
-	if hd != nil {
+	if hd, _ := h.Handle.(*handle); hd != nil {
 		// A release that did not reach the master is retried, and counts
 		// as reaching it: a grant that comes later is refused there.
 		hd.a.releasedOn(i, ok || err != nil)
 	}
-	return ok, err
 }
 
 // maxTTL is how long a master may keep hold h without renewal: the TTL of

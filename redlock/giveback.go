@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 func (b *Backend) fenceNode(ctx context.Context, i int, name, owner, gid, qid string, token uint64) error {
@@ -52,7 +54,13 @@ func (b *Backend) releaseNode(ctx context.Context, i int, gb giveBack) (bool, er
 	if gb.keys == nil {
 		b.prepare(&gb)
 	}
-	v, err := b.run(ctx, i, releaseScript, gb.keys, gb.args...).Slice()
+	return releaseReply(b.run(ctx, i, releaseScript, gb.keys, gb.args...))
+}
+
+// releaseReply reads the release script's reply: whether the master
+// released, or the error of the call.
+func releaseReply(cmd *goredis.Cmd) (bool, error) {
+	v, err := cmd.Slice()
 	if err != nil {
 		return false, err
 	}

@@ -125,24 +125,17 @@ func TestFairAttemptIDs(t *testing.T) {
 	}
 }
 
-// TestLostRenewalReleases: a renewal that reaches only a minority loses
-// the lease, and what is left of the hold on that minority is released at
-// once rather than holding those masters until the TTL.
+// TestLostRenewalReleases: a renewal that a quorum of masters refuses
+// (another owner holds the lock there) loses the lease, and what is left
+// of the hold on the other masters is released at once rather than
+// holding them until the TTL.
 func TestLostRenewalReleases(t *testing.T) {
-	g := testserver.RedisN(t, 5)
-	c, err := dlock.New(open(t, g, "node_timeout=250ms"), dlock.TTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
+	g, l := heldOn5(t, "lost")
+	for _, i := range []int{0, 1, 2} {
+		plantHold(t, g.Node(i), "lost", "other")
 	}
-	t.Cleanup(func() { c.Close() })
-	l, err := c.Mutex("lost").Lock(ctxT(t, 5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // every master has the grant
-	kill(t, g, 0, 1, 2)
 	if err := l.Extend(ctxT(t, 5*time.Second), time.Minute); !errors.Is(err, dlock.ErrLeaseLost) {
-		t.Fatalf("Extend with 3 of 5 masters down: %v, want ErrLeaseLost", err)
+		t.Fatalf("Extend with 3 of 5 masters held by another owner: %v, want ErrLeaseLost", err)
 	}
 	for _, i := range []int{3, 4} {
 		freed(t, g.Node(i), "lost", 2*time.Second)
@@ -150,4 +143,47 @@ func TestLostRenewalReleases(t *testing.T) {
 	if err := l.Unlock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Errorf("Unlock of the lost lease: %v, want ErrLeaseLost", err)
 	}
+}
+
+// TestUnreachableRenewalKeeps: a renewal that misses a quorum only because
+// masters did not answer (3 of 5 killed) does not end the lease: the
+// masters that hold it keep it, the lease stays valid until its deadline
+// (which does not move), and Extend reports that no quorum was reached.
+func TestUnreachableRenewalKeeps(t *testing.T) {
+	g, l := heldOn5(t, "cut")
+	deadline := l.Deadline()
+	kill(t, g, 0, 1, 2)
+	err := l.Extend(ctxT(t, 5*time.Second), time.Minute)
+	if !errors.Is(err, dlock.ErrNoQuorum) || errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Extend with 3 of 5 masters down: %v, want ErrNoQuorum and not ErrLeaseLost", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease after a renewal that reached no master of a quorum: %v, want it valid until its deadline", err)
+	}
+	if !l.Deadline().Equal(deadline) {
+		t.Errorf("deadline moved from %v to %v by a renewal that reached no quorum", deadline, l.Deadline())
+	}
+	for _, i := range []int{3, 4} {
+		if o := holder(t, g.Node(i), "cut"); o == "" {
+			t.Errorf("master %d no longer holds the lease that is still valid", i)
+		}
+	}
+}
+
+// heldOn5 returns 5 masters and a lease of lock name on them, with a TTL
+// of a minute, once every master has the grant.
+func heldOn5(t *testing.T, name string) (*testserver.RedisGroup, *dlock.Lease) {
+	t.Helper()
+	g := testserver.RedisN(t, 5)
+	c, err := dlock.New(open(t, g, "node_timeout=250ms"), dlock.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l, err := c.Mutex(name).Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // every master has the grant
+	return g, l
 }

@@ -26,19 +26,21 @@ type Backend struct {
 	desc   string
 	id     string // the prefix of this Backend's waiter ids (16 hex digits)
 
-	bg        sync.WaitGroup // per-node calls that outlive the operation that started them
-	closeOnce sync.Once
-	closed    atomic.Bool
-	stop      chan struct{}  // closed by Close: stops the give-back retries
-	retries   []retryQueue   // per master: give-backs that failed and are retried
-	conduits  []conduit      // per master: the calls to it
-	notices   []notices      // per master: the release notices to waiters
-	woken     testCounter    // waiters woken by release notices
-	received  testCounter    // release notices received
-	workers   sync.WaitGroup // goroutines sending queued calls
-	pool      sync.WaitGroup // goroutines of the masters' pools (see spawn)
-	quit      chan struct{}  // closed by Close after b.bg: ends the pools
-	admission admission      // bounds the acquisition attempts under way
+	bg          sync.WaitGroup // per-node calls that outlive the operation that started them
+	closeOnce   sync.Once
+	closed      atomic.Bool
+	stop        chan struct{}      // closed by Close: stops the give-back retries
+	closing     context.Context    // cancelled by Close: ends renewal calls still under way
+	endRenewals context.CancelFunc // cancels closing
+	retries     []retryQueue       // per master: give-backs that failed and are retried
+	conduits    []conduit          // per master: the calls to it
+	notices     []notices          // per master: the release notices to waiters
+	woken       testCounter        // waiters woken by release notices
+	received    testCounter        // release notices received
+	workers     sync.WaitGroup     // goroutines sending queued calls
+	pool        sync.WaitGroup     // goroutines of the masters' pools (see spawn)
+	quit        chan struct{}      // closed by Close after b.bg: ends the pools
+	admission   admission          // bounds the acquisition attempts under way
 }
 
 var _ dlock.Backend = (*Backend)(nil)
@@ -79,6 +81,7 @@ func newBackend(clients []*goredis.Client, cfg config) (*Backend, error) {
 	}
 	b.desc = "redlock " + strings.Join(b.addrs, ",")
 	b.id = newID()[:16]
+	b.closing, b.endRenewals = context.WithCancel(context.Background())
 	b.startConduits()
 	b.startNotices()
 	return b, nil
@@ -99,6 +102,7 @@ func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
 		close(b.stop)
+		b.endRenewals()
 		b.bg.Wait()
 		close(b.quit)
 		b.pool.Wait()
@@ -171,11 +175,18 @@ func (b *Backend) nodeCtx(ctx context.Context) (context.Context, context.CancelF
 // timeout, with one context for all of them; each call runs done when it
 // ends, and the last one releases the context.
 func (b *Backend) roundCtx(ctx context.Context, n int) (rctx context.Context, done func()) {
-	rctx, cancel := b.nodeCtx(ctx)
+	return b.boundCtx(ctx, b.cfg.nodeTimeout, n, func() {})
+}
+
+// boundCtx is roundCtx with the bound d instead of the node timeout; the
+// last call also runs last.
+func (b *Backend) boundCtx(ctx context.Context, d time.Duration, n int, last func()) (rctx context.Context, done func()) {
+	rctx, cancel := context.WithTimeout(ctx, d)
 	var left atomic.Int32
 	left.Store(int32(n))
 	return rctx, func() {
 		if left.Add(-1) == 0 {
+			last()
 			cancel()
 		}
 	}
