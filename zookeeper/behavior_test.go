@@ -150,9 +150,13 @@ func sameCounts(a, b map[string]int64) bool {
 }
 
 // TestHerd queues 20 waiters, each with its own session, and checks that
-// every release wakes exactly one of them: one watch notification in total
-// per release, counted on the wire of all 21 sessions, and the lock passes
-// on in arrival order.
+// every release wakes at most two of them (the next in line, and the one
+// after it, which watches the node two ahead): that many watch
+// notifications in total per release, counted on the wire of all 21
+// sessions; that the lock passes on in arrival order; and that the second
+// in line, woken by the release before, has read the queue by the time
+// its predecessor releases, so that this release grants it without a
+// request of its own.
 func TestHerd(t *testing.T) {
 	const waiters = 20
 	srv := zkServer(t)
@@ -183,7 +187,11 @@ func TestHerd(t *testing.T) {
 	}
 	release := holder
 	for i := range waiters {
-		base := events()
+		base, own := events(), backends[i+1].Stats()
+		var second zookeeper.Stats
+		if i+1 < waiters {
+			second = backends[i+2].Stats()
+		}
 		if err := release.Unlock(ctxT(t, time.Minute)); err != nil {
 			t.Fatalf("release %d: %v", i, err)
 		}
@@ -196,6 +204,9 @@ func TestHerd(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("waiter %d: %v", i, r.err)
 		}
+		if got := diff(own, backends[i+1].Stats()); len(got) != 0 {
+			t.Errorf("waiter %d sent %v after release %d, want nothing", i, got, i)
+		}
 		// The others stay put.
 		for j := i + 1; j < waiters; j++ {
 			select {
@@ -204,8 +215,18 @@ func TestHerd(t *testing.T) {
 			default:
 			}
 		}
-		if n := events() - base; n != 1 {
-			t.Errorf("release %d caused %d watch notifications, want 1", i, n)
+		want := int64(1)
+		if i+1 < waiters {
+			want = 2
+			// The one after it looks at the queue once, and finds
+			// its predecessor holding the lock.
+			waitFor(t, fmt.Sprintf("waiter %d to read the queue after release %d", i+1, i), func() bool {
+				return diff(second, backends[i+2].Stats())["getChildren2"] >= 1
+			})
+		}
+		waitFor(t, fmt.Sprintf("%d watch notifications after release %d", want, i), func() bool { return events()-base >= want })
+		if n := events() - base; n != want {
+			t.Errorf("release %d caused %d watch notifications, want %d", i, n, want)
 		}
 		release = r.l
 	}
@@ -213,6 +234,17 @@ func TestHerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d releases, %d watch notifications in all", waiters+1, events()-before)
+}
+
+// waitFor polls cond for up to 30 seconds and fails the test if it stays
+// false.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30s for %s", what)
+		}
+	}
 }
 
 // TestHolderSessionKilled cuts the holder's connection for good (its

@@ -52,10 +52,14 @@
 // release one (a delete conditional on the data version). Otherwise a
 // children read finds the node's place in the queue.
 //
-// A waiter watches only its immediate predecessor: a release wakes one
-// waiter. When that predecessor was the holder (nothing else ahead), its
-// deletion alone grants the waiter, since no node is ever queued ahead of
-// an existing one; otherwise the woken waiter reads the queue again.
+// A waiter watches its immediate predecessor and the node before that: a
+// deletion wakes at most two waiters, never the whole queue. When the
+// predecessor is the holder (nothing else ahead), its deletion alone
+// grants the waiter, since no node is ever queued ahead of an existing
+// one. The deletion of the node before the predecessor usually means
+// that the predecessor was granted: the waiter reads the queue then,
+// while the predecessor holds the lock, so that the hand-off to it needs
+// no read after the release.
 //
 // A request whose owner equals the holder's re-enters: it raises the count
 // with a conditional setData, withdraws its own child and gets the

@@ -76,7 +76,9 @@ type waiter struct {
 	session int64
 
 	alone   bool            // the node was the container's only child when made
-	watch   <-chan zk.Event // the predecessor's watch
+	watch   <-chan zk.Event // the predecessor's watch, nil once it fired
+	pred    predNode        // the node watch is on
+	ahead   <-chan zk.Event // the watch on the node before the predecessor
 	head    bool            // the predecessor is the queue's head (the holder)
 	next    bool            // the head was deleted: the waiter's node is first
 	ready   bool            // look again without waiting
@@ -87,10 +89,11 @@ var _ dlock.Waiter = (*waiter)(nil)
 
 // decide reads the queue and grants the waiter's node when it is first,
 // re-enters when the holder has the same owner, and otherwise returns a
-// *dlock.HeldError, having set a watch on the immediate predecessor if the
-// request waits. first says whether this is the request's first look,
-// which always reads the holder's node (for the owner: reentrancy and the
-// HeldError); later looks read it only when it is the predecessor.
+// *dlock.HeldError, having set watches on the immediate predecessor and the
+// node before it if the request waits (see watchAhead). first says whether
+// this is the request's first look, which always reads the holder's node
+// (for the owner: reentrancy and the HeldError); later looks read it only
+// when it is the predecessor and its watch did not read it already.
 func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock.Grant, error) {
 	for range 16 {
 		if w.path == "" {
@@ -115,13 +118,20 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		case idx == 0:
 			return w.grant(start), nil
 		}
-		pred := w.parent + "/" + q[idx-1].name
-		if !first && !(w.req.Wait && idx == 1) {
+		if !first && idx == 1 && w.watch != nil && w.pred.held != nil && w.pred.name == q[0].name && w.pred.owner != w.req.Owner {
+			// A later look, woken by the node before the predecessor:
+			// the watched predecessor is now first, so it holds the
+			// lock, and its owner (read with the watch) is not the
+			// request's. Its deletion grants the waiter without a read.
+			w.head = true
+			return dlock.Grant{}, w.pred.held
+		}
+		if !first && idx > 1 {
 			// A later look, woken for a reason other than the holder's
 			// release: wait for the predecessor again without reading
 			// the holder (the holder changes quickly under contention,
 			// and the first look told who held the lock).
-			return dlock.Grant{}, w.watchPred(ctx, pred, fmt.Errorf("%w: %d request(s) ahead in the queue", dlock.ErrNotAcquired, idx))
+			return dlock.Grant{}, w.watchAhead(ctx, q, idx, fmt.Errorf("%w: %d request(s) ahead in the queue", dlock.ErrNotAcquired, idx))
 		}
 		holder, err := w.readHolder(ctx, q[:idx])
 		if err != nil {
@@ -148,10 +158,11 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		case holder.watched:
 			// The holder is the first node ahead that exists, so its
 			// deletion leaves the waiter's node first (see Wait).
-			w.ready, w.watch, w.head = false, holder.watch, true
+			w.ready, w.watch, w.ahead, w.head = false, holder.watch, nil, true
+			w.pred = predNode{name: q[idx-1].name, owner: d.Owner, held: held}
 			return dlock.Grant{}, held
 		}
-		return dlock.Grant{}, w.watchPred(ctx, pred, held)
+		return dlock.Grant{}, w.watchAhead(ctx, q, idx, held)
 	}
 	return dlock.Grant{}, w.b.unavailable("acquire "+w.parent, errors.New("the queue kept changing"))
 }
@@ -194,19 +205,52 @@ func (w *waiter) readHolder(ctx context.Context, ahead []child) (holderNode, err
 	return holderNode{}, nil
 }
 
-// watchPred sets a watch on the predecessor pred, or makes the next Wait
-// return at once when pred has gone already, and returns held, the
-// request's answer for now.
-func (w *waiter) watchPred(ctx context.Context, pred string, held error) error {
-	w.ready, w.watch, w.head = false, nil, false
-	p, err := w.b.get(ctx, pred, true)
+// predNode is the waiter's predecessor as its watch read it.
+type predNode struct {
+	name  string
+	owner string // "" when the node holds data dlock did not write
+	held  error  // the request's answer once the node holds the lock
+}
+
+// watchAhead sets a watch on the predecessor q[idx-1], unless the watch set
+// earlier is still on it, and one on the node before it, q[idx-2]: in a
+// queue whose waiters stay, that node's deletion means the predecessor was
+// granted, and the waiter then looks again (see decide) while the
+// predecessor holds the lock, rather than after its release, so that the
+// release grants it without a read. When either node has gone already,
+// the next Wait returns at once. It returns held, the request's answer for
+// now.
+func (w *waiter) watchAhead(ctx context.Context, q []child, idx int, held error) error {
+	w.ready, w.ahead, w.head = false, nil, false
+	if w.watch == nil || w.pred.name != q[idx-1].name {
+		w.watch = nil
+		pred := w.parent + "/" + q[idx-1].name
+		p, err := w.b.get(ctx, pred, true)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			w.ready = true // the predecessor left already: look again
+			return held
+		case err != nil:
+			return w.b.unavailable("watch "+pred, err)
+		}
+		w.watch = p.watch
+		w.pred = predNode{name: q[idx-1].name}
+		if d, bad := parseData(p.data, p.stat); bad == "" {
+			w.pred.owner, w.pred.held = d.Owner, heldError(pred, d, p.stat)
+		}
+	}
+	if idx < 2 {
+		return held
+	}
+	before := w.parent + "/" + q[idx-2].name
+	_, ch, err := w.b.existsW(ctx, before)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
-		w.ready = true // the predecessor left already: look again
+		w.ready = true
 	case err != nil:
-		return w.b.unavailable("watch "+pred, err)
+		return w.b.unavailable("watch "+before, err)
 	default:
-		w.watch = p.watch
+		w.ahead = ch
 	}
 	return held
 }
@@ -298,6 +342,9 @@ func (w *waiter) Wait(ctx context.Context) error {
 		// Nodes are never queued ahead of an existing one, so when the
 		// head that the waiter watched is deleted, the waiter is first.
 		w.next = w.head && ev.Type == zk.EventNodeDeleted
+		w.watch = nil
+	case <-w.ahead:
+		w.ahead = nil
 	case <-b.sessionChanged():
 	case <-ctx.Done():
 		return ctx.Err()
