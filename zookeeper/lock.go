@@ -133,11 +133,13 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 			// and the first look told who held the lock).
 			return dlock.Grant{}, w.watchAhead(ctx, q, idx, fmt.Errorf("%w: %d request(s) ahead in the queue", dlock.ErrNotAcquired, idx))
 		}
-		holder, err := w.readHolder(ctx, q[:idx])
-		if err != nil {
+		holder, err := w.readHolder(ctx, q, idx)
+		switch {
+		case err != nil:
 			return dlock.Grant{}, err
-		}
-		if holder.path == "" {
+		case holder.path == "" && holder.partial:
+			return dlock.Grant{}, w.watchAhead(ctx, q, idx, fmt.Errorf("%w: %d request(s) ahead in the queue", dlock.ErrNotAcquired, idx))
+		case holder.path == "":
 			continue // all ahead left: list again
 		}
 		d, bad := parseData(holder.data, holder.stat)
@@ -180,19 +182,29 @@ func (w *waiter) position(ctx context.Context) ([]child, int, error) {
 
 // holderNode is the node of the lock's holder as read by readHolder.
 type holderNode struct {
-	path string // "" when every node ahead has gone
+	path string // "" when not found
 	getResult
 	watched bool // the read set a watch: the holder is the predecessor
+	partial bool // not found, but only the first node ahead was read
 }
 
-// readHolder reads the holder: the first of the nodes ahead that still
-// exists (under contention it may have gone since the listing, and then
-// the next one is looked at without listing again), with a watch when it
-// is the waiting request's predecessor.
-func (w *waiter) readHolder(ctx context.Context, ahead []child) (holderNode, error) {
+// readHolder reads the holder: the first of the nodes ahead of q[idx] that
+// still exists (under contention it may have gone since the listing, and
+// then the next one is looked at without listing again), with a watch when
+// it is the waiting request's predecessor. A waiting request with more
+// than one node ahead reads only the first: the holder when the queue was
+// read, the only one that can be waiting for this request (a reentrant
+// Lock under its lease). If it has gone since, the request waits without
+// a holder's name, and re-enters a later holder with its owner when that
+// one is its predecessor (see decide).
+func (w *waiter) readHolder(ctx context.Context, q []child, idx int) (holderNode, error) {
+	ahead := q[:idx]
+	if w.req.Wait && idx > 1 {
+		ahead = q[:1]
+	}
 	for j, c := range ahead {
 		path := w.parent + "/" + c.name
-		watch := w.req.Wait && j == len(ahead)-1
+		watch := w.req.Wait && j == idx-1
 		r, err := w.b.get(ctx, path, watch)
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
@@ -202,7 +214,7 @@ func (w *waiter) readHolder(ctx context.Context, ahead []child) (holderNode, err
 			return holderNode{path: path, getResult: r, watched: watch}, nil
 		}
 	}
-	return holderNode{}, nil
+	return holderNode{partial: len(ahead) < idx}, nil
 }
 
 // predNode is the waiter's predecessor as its watch read it.
