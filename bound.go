@@ -56,22 +56,24 @@ type graceLimit struct {
 	ended bool
 }
 
-// newGrace returns the limit of an operation under ctx, or nil if ctx can
-// never end. Its release must be called when the operation is over.
 // enter starts a call on the Client (see begin), bounded by CancelGrace
-// after ctx ends (see newGrace); leave ends it. It fails with ErrClosed
-// once the Client is closed.
-func (c *Client) enter(ctx context.Context) (limit *graceLimit, leave func(), err error) {
+// after ctx ends (see newGrace); leave(limit) ends it. It fails with
+// ErrClosed once the Client is closed.
+func (c *Client) enter(ctx context.Context) (*graceLimit, error) {
 	if err := c.begin(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	limit = newGrace(ctx)
-	return limit, func() {
-		limit.release()
-		c.ops.Done()
-	}, nil
+	return newGrace(ctx), nil
 }
 
+// leave ends a call started by enter.
+func (c *Client) leave(limit *graceLimit) {
+	limit.release()
+	c.ops.Done()
+}
+
+// newGrace returns the limit of an operation under ctx, or nil if ctx can
+// never end. Its release must be called when the operation is over.
 func newGrace(ctx context.Context) *graceLimit {
 	if ctx.Done() == nil {
 		return nil

@@ -161,12 +161,12 @@ func (c *Client) String() string { return c.desc }
 // TryLock; an invalid name or option is reported by them. The options
 // override the client's defaults for this Mutex.
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
-	cfg := c.cfg
-	cfg.clientOnly, cfg.mutexOnly, cfg.errs = nil, nil, nil
+	m := &Mutex{c: c, name: name, cfg: c.cfg}
+	m.cfg.clientOnly, m.cfg.mutexOnly, m.cfg.errs = nil, nil, nil
 	for _, o := range opts {
-		o.apply(&cfg)
+		o.apply(&m.cfg)
 	}
-	return &Mutex{c: c, name: name, cfg: cfg}
+	return m
 }
 
 // Inspect lists the locks held on the backend whose names start with

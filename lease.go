@@ -123,7 +123,7 @@ func (l *Lease) Err() error {
 	if l.err == nil && l.c.now() >= l.deadline {
 		l.expireLocked()
 	}
-	return l.err
+	return l.errLocked()
 }
 
 // Context returns a context that is cancelled when the lease is over. Its
@@ -151,11 +151,11 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := c.checkTTL(ttl); err != nil {
 		return fail(ErrInvalidOption, err)
 	}
-	limit, leave, err := c.enter(ctx)
+	limit, err := c.enter(ctx)
 	if err != nil {
 		return fail(ErrClosed, nil)
 	}
-	defer leave()
+	defer c.leave(limit)
 	l.mu.Lock()
 	if err := l.awaitRenewalLocked(ctx, true); err != nil {
 		l.mu.Unlock()
@@ -165,7 +165,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.expireLocked()
 	}
 	if l.err != nil {
-		err := l.err
+		err := l.errLocked()
 		l.mu.Unlock()
 		return err
 	}
@@ -217,11 +217,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.unlocked = true
 	l.mu.Unlock()
-	limit, leave, err := c.enter(ctx)
+	limit, err := c.enter(ctx)
 	if err != nil {
 		return fail(ErrClosed, nil)
 	}
-	defer leave()
+	defer c.leave(limit)
 
 	l.mu.Lock()
 	// Wait for a renewal in flight, which may report the lease lost, but
@@ -230,7 +230,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if l.err == nil && c.now() >= l.deadline {
 		l.expireLocked()
 	}
-	stale := l.err
+	stale := l.errLocked()
 	release := !l.released
 	l.released = true
 	l.endLocked(ErrUnlocked, nil, false, false)
@@ -317,13 +317,11 @@ func (l *Lease) endLocked(kind, cause error, expired, log bool) bool {
 	if l.err != nil {
 		return false
 	}
-	// One allocation for both: every Lock ends with one of these.
-	le := &struct {
-		lostError
-		e Error
-	}{e: Error{Op: "lease", Name: l.Name(), Backend: l.c.desc, Kind: kind, Err: cause}}
-	le.lostError = lostError{err: &le.e, deadline: expired}
-	l.err = &le.lostError
+	if kind == ErrUnlocked && cause == nil {
+		l.err = unlockedMark // most leases end so, and nobody asks why
+	} else {
+		l.err = l.newErr(kind, cause, expired)
+	}
 	if l.done != nil {
 		l.done.cancel()
 	}
@@ -331,6 +329,30 @@ func (l *Lease) endLocked(kind, cause error, expired, log bool) bool {
 		l.c.cfg.logger.Warn("dlock: lease lost", "lock", l.Name(), "backend", l.c.desc, "token", l.token, "cause", cause)
 	}
 	return true
+}
+
+// unlockedMark is the err of a lease ended by Unlock until its error is
+// asked for (see errLocked); it is never returned.
+var unlockedMark = &lostError{}
+
+// errLocked returns why the lease is over (nil while it is held), making
+// the error of an Unlock on first use.
+func (l *Lease) errLocked() error {
+	if l.err == error(unlockedMark) {
+		l.err = l.newErr(ErrUnlocked, nil, false)
+	}
+	return l.err
+}
+
+// newErr returns the error of a lease that is over (see lostError).
+func (l *Lease) newErr(kind, cause error, expired bool) *lostError {
+	// One allocation for both.
+	le := &struct {
+		lostError
+		e Error
+	}{e: Error{Op: "lease", Name: l.Name(), Backend: l.c.desc, Kind: kind, Err: cause}}
+	le.lostError = lostError{err: &le.e, deadline: expired}
+	return &le.lostError
 }
 
 // endHold ends the lease for Close or loss; it reports whether the caller

@@ -87,16 +87,21 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	// which then undoes it (see late). Under a ctx that never ends the
 	// calls run on this goroutine, at no cost: only Close could end them,
 	// and Close bounds its own wait.
-	limit, leave, err := c.enter(ctx)
+	limit, err := c.enter(ctx)
 	if err != nil {
 		return fail(ErrClosed, nil)
 	}
-	defer leave()
+	defer c.leave(limit)
 	// Close cancels waiting acquisitions.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(c.closing, cancel)
-	defer stop()
+	if ctx.Done() == nil {
+		ctx = &closingContext{Context: ctx, c: c}
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(c.closing, cancel)
+		defer stop()
+	}
 
 	q := acquisition{m: m, a: calls{c: c, limit: limit, ctx: ctx, name: m.name, key: key, owner: owner, fresh: fresh}}
 	req := Request{Name: key, Owner: owner, TTL: m.cfg.ttl, Fair: m.cfg.fair, Wait: wait}
@@ -123,6 +128,26 @@ func (m *Mutex) acquire(ctx context.Context, op string, wait bool) (*Lease, erro
 	l := newLease(c, m, key, owner, g, q.sent)
 	c.keeper.add(l)
 	return l, nil
+}
+
+// closingContext is a context that never ends (the Context it embeds,
+// which gives its values) made to end when the Client closes: a Lock
+// under context.Background and the like gets Close's cancellation from
+// one small allocation, without a cancelCtx of its own nor a
+// registration with the Client's.
+type closingContext struct {
+	context.Context
+	c *Client
+}
+
+func (x *closingContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (x *closingContext) Done() <-chan struct{}       { return x.c.closing.Done() }
+func (x *closingContext) Err() error                  { return x.c.closing.Err() }
+
+// AfterFunc lets contexts derived from x (a backend's WithTimeout) be
+// cancelled with the Client's without a goroutine each.
+func (x *closingContext) AfterFunc(f func()) func() bool {
+	return context.AfterFunc(x.c.closing, f)
 }
 
 // check refuses, before any backend call, a bad name or option, a TTL

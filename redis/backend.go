@@ -254,7 +254,17 @@ func (b *Backend) attempt(ctx context.Context, w *waiter) (dlock.Grant, error) {
 	default:
 		mode = modeTry
 	}
-	v, acked, err := b.run(ctx, b.acquire, k.all[:], w.req.Owner, b.ttlMillis(w.req.TTL), w.rid, mode, b.wtArg)
+	// The first attempt's arguments go in the waiter, which no later
+	// attempt reuses: a call whose ctx ended may still be sent.
+	var a []any
+	if w.sent {
+		a = make([]any, 0, len(w.args))
+	} else {
+		a, w.sent = w.args[:0], true
+	}
+	a = appendEval(a, b.acquire, k.all[:])
+	a = append(a, &w.req.Owner, b.ttlMillis(w.req.TTL), &w.rid, mode, b.wtArg)
+	v, acked, err := b.runEval(ctx, b.acquire, a)
 	if err != nil {
 		w.uncertain = uncertain(err)
 		return dlock.Grant{}, b.fail(k, err)
@@ -336,7 +346,10 @@ func (b *Backend) giveBack(ctx context.Context, k *keys, owner string, tok uint6
 // With WaitReplicas, replicas says whether to send WAIT along (as a
 // release by the lease holder does; the acknowledgement is not awaited).
 func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64, replicas bool) (any, error) {
-	args := []any{owner, strconv.FormatUint(tok, 10), b.peers.tagArg}
+	// One allocation for the call's arguments (see appendEval).
+	ra := &releaseArgs{owner: owner, tok: tok}
+	args := appendEval(ra.a[:0], releaseScript, k.all[:])
+	args = append(args, &ra.owner, &ra.tok, b.peers.tagArg)
 	// The first fair waiter of this process on the lock is offered the
 	// lock, in case it heads the queue. Not with WaitReplicas: a grant must
 	// be acknowledged by the replicas before it counts, and the waiter
@@ -351,9 +364,9 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 	var v any
 	var err error
 	if replicas {
-		v, _, err = b.run(ctx, releaseScript, k.all[:], args...)
+		v, _, err = b.runEval(ctx, releaseScript, args)
 	} else {
-		v, err = b.runScript(ctx, releaseScript, k.all[:], args...)
+		v, err = b.runScript(ctx, releaseScript, args)
 	}
 	if err != nil {
 		if uncertain(err) {
@@ -375,6 +388,14 @@ func (b *Backend) release(ctx context.Context, k *keys, owner string, tok uint64
 		}
 	}
 	return v, nil
+}
+
+// releaseArgs are the arguments of a release: EVALSHA, its keys, and
+// the owner and token, which go in as pointers to the fields.
+type releaseArgs struct {
+	a     [3 + 4 + 6]any
+	owner string
+	tok   uint64
 }
 
 // withdraw runs the cancel script for w, for an attempt whose outcome is
@@ -446,13 +467,19 @@ func (b *Backend) keysOf(h dlock.Hold) *keys {
 // pipeline (one connection, one round trip) and returns the number of
 // replicas that acknowledged.
 func (b *Backend) run(ctx context.Context, s *script, keys []any, args ...any) (any, int, error) {
+	return b.runEval(ctx, s, evalArgs(true, s, keys, args))
+}
+
+// runEval is run with the EVALSHA arguments a (see appendEval), which it
+// may rewrite.
+func (b *Backend) runEval(ctx context.Context, s *script, a []any) (any, int, error) {
 	if b.cfg.replicas == 0 {
-		v, err := b.runScript(ctx, s, keys, args...)
+		v, err := b.runScript(ctx, s, a)
 		return v, 0, err
 	}
 	var p goredis.Pipeliner
 	if b.cluster != nil {
-		node, err := b.cluster.MasterForKey(ctx, keys[0].(string))
+		node, err := b.cluster.MasterForKey(ctx, a[3].(string))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -461,7 +488,10 @@ func (b *Backend) run(ctx context.Context, s *script, keys []any, args ...any) (
 		p = b.rdb.Pipeline()
 	}
 	for _, sha := range []bool{true, false} {
-		ev := goredis.NewCmd(ctx, evalArgs(sha, s, keys, args)...)
+		if !sha {
+			a[0], a[1] = "eval", s.srcArg
+		}
+		ev := goredis.NewCmd(ctx, a...)
 		p.Process(ctx, ev)
 		wt := p.Do(ctx, "wait", b.cfg.replicas, millis(b.cfg.replicaTimeout))
 		p.Exec(ctx)

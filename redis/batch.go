@@ -182,13 +182,25 @@ func evalArgs(sha bool, s *script, keys []any, args []any) []any {
 	return append(a, args...)
 }
 
-// runScript runs s with EVALSHA, and with EVAL if the server does not have
-// it cached.
-func (b *Backend) runScript(ctx context.Context, s *script, keys []any, args ...any) (any, error) {
-	cmd := goredis.NewCmd(ctx, evalArgs(true, s, keys, args)...)
+// appendEval appends to a the start of EVALSHA of s on keys; the script's
+// arguments follow. A caller that builds its arguments in a buffer of its
+// own (see attempt, release) allocates no slice for them, and one that
+// passes strings and numbers as pointers into a struct it allocated
+// anyway (go-redis writes *string and *uint64 as their values) boxes none.
+func appendEval(a []any, s *script, keys []any) []any {
+	a = append(a, "evalsha", s.hashArg, len(keys))
+	return append(a, keys...)
+}
+
+// runScript runs s with the EVALSHA arguments a (see appendEval), and
+// with EVAL if the server does not have it cached; it rewrites a for
+// that.
+func (b *Backend) runScript(ctx context.Context, s *script, a []any) (any, error) {
+	cmd := goredis.NewCmd(ctx, a...)
 	err := b.batch.do(ctx, cmd)
 	if isNoScript(err) {
-		cmd = goredis.NewCmd(ctx, evalArgs(false, s, keys, args)...)
+		a[0], a[1] = "eval", s.srcArg
+		cmd = goredis.NewCmd(ctx, a...)
 		err = b.batch.do(ctx, cmd)
 	}
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dlock-dev/dlock/internal/redisconn"
 )
@@ -24,18 +25,29 @@ import (
 // key names are only in all, ready as script arguments; the lock, queue
 // and timeouts keys are parts of one string, and on a single server every
 // lock shares the fence key's argument. The channel is made when a waiter
-// needs it.
+// first needs it, and kept.
 type keys struct {
 	// all holds lock, queue, timeouts and fence as the KEYS of a script.
 	all  [4]any
 	slot uint16
+	ch   atomic.Pointer[string] // the channel, made by the first waiting Lock
 }
 
 func (k *keys) lock() string     { return k.all[0].(string) }
 func (k *keys) queue() string    { return k.all[1].(string) }
 func (k *keys) timeouts() string { return k.all[2].(string) }
 func (k *keys) fence() string    { return k.all[3].(string) }
-func (k *keys) channel() string  { return k.lock() + ":wake" }
+
+// channel returns the lock's channel. Keys are cached by name (keyCache),
+// so a name that is locked again and again builds it once.
+func (k *keys) channel() string {
+	if ch := k.ch.Load(); ch != nil {
+		return *ch
+	}
+	ch := k.lock() + ":wake"
+	k.ch.Store(&ch)
+	return ch
+}
 
 // fenceMode says where the fence key of a lock is.
 type fenceMode uint8

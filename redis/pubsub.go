@@ -124,6 +124,8 @@ type waiter struct {
 	hint      time.Duration // how long the last attempt says to wait at most; <0 unknown
 	uncertain bool          // the last attempt failed without a known outcome
 	done      bool
+	sent      bool           // args was used: a later attempt allocates its own
+	args      [3 + 4 + 5]any // the first attempt's arguments (see attempt)
 }
 
 func (w *waiter) makeWake() {
