@@ -49,17 +49,18 @@ func (b *Backend) foreign(err error, key string, i int) error {
 	return err
 }
 
-// tryNode runs the acquire script with keys and args (the same for every
-// master) on master i, bounded by ctx (the node timeout).
-func (b *Backend) tryNode(ctx context.Context, i int, keys []string, args []any) nodeRes {
+// tryNode runs the acquire script's command full (see evalArgs; the same
+// for every master) for the lock hash key on master i, bounded by ctx (the
+// node timeout).
+func (b *Backend) tryNode(ctx context.Context, i int, key string, full []any) nodeRes {
 	r := nodeRes{i: i, kind: kindError}
 	if b.closed.Load() {
 		r.err = dlock.ErrClosed
 		return r
 	}
-	v, err := b.run(ctx, i, acquireScript, keys, args...).Slice()
+	v, err := b.runEval(ctx, i, acquireScript, full).Slice()
 	if err != nil {
-		r.err = b.foreign(err, keys[0], i)
+		r.err = b.foreign(err, key, i)
 		return r
 	}
 	if len(v) == 2 {
@@ -297,8 +298,8 @@ func (a *attempt) rounds(ctx context.Context, mode string, ticket int64) (*tally
 		a.mu.Lock()
 		a.maxP = max(a.maxP, proposal)
 		a.mu.Unlock()
-		args := []any{a.req.Owner, dur.Ceil(a.req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid}
-		a.send(nctx, round, keys, args)
+		full := evalArgs(acquireScript, keys, a.req.Owner, dur.Ceil(a.req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid)
+		a.send(nctx, round, keys[0], full)
 		t := a.collect(ctx, round)
 		a.late = a.late || t.timedOut()
 		if t.ctxErr != nil || t.quorum(b.quorum) || round+1 >= maxRounds {
@@ -316,14 +317,14 @@ func (a *attempt) rounds(ctx context.Context, mode string, ticket int64) (*tally
 
 // send runs one round's request on every master; an answer that comes
 // after the attempt was decided is dealt with as a late one.
-func (a *attempt) send(nctx context.Context, round int, keys []string, args []any) {
+func (a *attempt) send(nctx context.Context, round int, key string, full []any) {
 	b, n := a.b, len(a.b.nodes)
 	rctx, done := b.roundCtx(nctx, n)
 	for i := range n {
 		b.bg.Add(1)
 		b.spawn(i, func() {
 			defer b.bg.Done()
-			r := b.tryNode(rctx, i, keys, args)
+			r := b.tryNode(rctx, i, key, full)
 			done()
 			r.round = round
 			a.mu.Lock()

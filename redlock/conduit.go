@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,7 @@ type call struct {
 	s    *goredis.Script
 	keys []string
 	args []any
+	full []any // the whole EVALSHA command (see evalArgs), or nil: made from keys and args
 	cmd  *goredis.Cmd
 	done chan struct{} // closed when cmd has its answer (queued calls only)
 }
@@ -105,8 +107,29 @@ func (b *Backend) poolWorker(cd *conduit, fn func()) {
 // cancellation gives up a queued call. Safety does not depend on it: an
 // acquisition counts the whole time since it started against the TTL.
 func (b *Backend) run(ctx context.Context, i int, s *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+	return b.runCall(ctx, i, &call{s: s, keys: keys, args: args})
+}
+
+// runEval is run with the command made by evalArgs, which the calls of a
+// fan-out share: made once, not once per master.
+func (b *Backend) runEval(ctx context.Context, i int, s *goredis.Script, full []any) *goredis.Cmd {
+	return b.runCall(ctx, i, &call{s: s, full: full})
+}
+
+// evalArgs is the EVALSHA command of script s with keys and args, for
+// runEval. Its boxed keys and arguments cost an allocation each, so a
+// fan-out makes it once for all masters (the calls only read it).
+func evalArgs(s *goredis.Script, keys []string, args ...any) []any {
+	full := make([]any, 0, 3+len(keys)+len(args))
+	full = append(full, "evalsha", s.Hash(), len(keys))
+	for _, k := range keys {
+		full = append(full, k)
+	}
+	return append(full, args...)
+}
+
+func (b *Backend) runCall(ctx context.Context, i int, c *call) *goredis.Cmd {
 	cd := &b.conduits[i]
-	c := &call{s: s, keys: keys, args: args}
 	cd.mu.Lock()
 	if cd.inflight < maxInflight {
 		cd.inflight++
@@ -150,7 +173,7 @@ func (b *Backend) runNow(ctx context.Context, i int, s *goredis.Script, keys []s
 func (b *Backend) runAll(ctx context.Context, i int, s *goredis.Script, gbs []giveBack) []*goredis.Cmd {
 	batch := make([]*call, len(gbs))
 	for j := range gbs {
-		batch[j] = &call{s: s, keys: gbs[j].keys, args: gbs[j].args}
+		batch[j] = &call{s: s, full: gbs[j].full}
 	}
 	b.send(ctx, b.conduits[i].c, batch)
 	cmds := make([]*goredis.Cmd, len(batch))
@@ -206,15 +229,15 @@ func (cd *conduit) take() []*call {
 func (b *Backend) send(ctx context.Context, c *goredis.Client, batch []*call) {
 	if len(batch) == 1 {
 		cl := batch[0]
-		cl.cmd = c.EvalSha(ctx, cl.s.Hash(), cl.keys, cl.args...)
+		cl.cmd = c.Do(ctx, cl.command()...)
 		if err := cl.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			cl.cmd = c.Eval(ctx, scriptSource[cl.s], cl.keys, cl.args...)
+			cl.cmd = c.Do(ctx, cl.evalCommand()...)
 		}
 		return
 	}
 	pipe := c.Pipeline()
 	for _, cl := range batch {
-		cl.cmd = pipe.EvalSha(ctx, cl.s.Hash(), cl.keys, cl.args...)
+		cl.cmd = pipe.Do(ctx, cl.command()...)
 	}
 	pipe.Exec(ctx)
 	var again []*call
@@ -228,9 +251,26 @@ func (b *Backend) send(ctx context.Context, c *goredis.Client, batch []*call) {
 	}
 	pipe = c.Pipeline()
 	for _, cl := range again {
-		cl.cmd = pipe.Eval(ctx, scriptSource[cl.s], cl.keys, cl.args...)
+		cl.cmd = pipe.Do(ctx, cl.evalCommand()...)
 	}
 	pipe.Exec(ctx)
+}
+
+// command is cl's EVALSHA command.
+func (cl *call) command() []any {
+	if cl.full == nil {
+		cl.full = evalArgs(cl.s, cl.keys, cl.args...)
+	}
+	return cl.full
+}
+
+// evalCommand is cl's command as EVAL with the script's source, for a
+// master that does not have the script yet (a copy: the EVALSHA command
+// may be shared).
+func (cl *call) evalCommand() []any {
+	full := slices.Clone(cl.command())
+	full[0], full[1] = "eval", scriptSource[cl.s]
+	return full
 }
 
 // scriptSource maps each script to its source, for EVAL when a master does

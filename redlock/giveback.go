@@ -35,12 +35,14 @@ type giveBack struct {
 
 	keys []string // of the release script, made by prepare
 	args []any
+	full []any // the release script's command (see evalArgs), made by prepare
 }
 
 // prepare makes gb's script keys and arguments, the same for every master.
 func (b *Backend) prepare(gb *giveBack) {
 	gb.keys = b.keys(gb.name)
 	gb.args = []any{gb.owner, gb.token, gb.gid, b.channel(gb.name), gb.qid, gb.floor, b.cfg.nodeTimeout.Milliseconds()}
+	gb.full = evalArgs(releaseScript, gb.keys, gb.args...)
 }
 
 // releaseNode gives up one hold on master i. It reports whether the master
@@ -54,7 +56,7 @@ func (b *Backend) releaseNode(ctx context.Context, i int, gb giveBack) (bool, er
 	if gb.keys == nil {
 		b.prepare(&gb)
 	}
-	return releaseReply(b.run(ctx, i, releaseScript, gb.keys, gb.args...))
+	return releaseReply(b.runEval(ctx, i, releaseScript, gb.full))
 }
 
 // releaseReply reads the release script's reply: whether the master

@@ -114,7 +114,7 @@ end
 // also by ticket: it decides nothing about grants, only which waiter the
 // release notice names, so that one waiter tries instead of all of them
 // colliding on the masters.
-var acquireScript = newScript(stateSource + `
+var acquireScript = newScript(acquireFast + stateSource + `
 if bad then return bad end
 local q, qd = KEYS[2], KEYS[3]
 local owner, ttl, gid, mode, qid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[8]
@@ -195,6 +195,28 @@ raise(p)
 redis.call('PEXPIREAT', h, math.max(now + ttl, tonumber(cur[7]) or 0))
 return {1, ARGV[7], 1, gid}
 `)
+
+// acquireFast is the acquire script's common case, ahead of its
+// definitions: a request that is not fair, for a lock without a hash
+// (free, promised to nobody) and without a fair queue, whose fence key
+// holds a token below the proposal. It grants in EXISTS, GET, TIME, HSET,
+// SET and PEXPIREAT, with the reply and the keys the full script would
+// leave. Anything else (a fair request, which joins the queue, or foreign
+// data) falls through to the full script.
+var acquireFast = `
+if ARGV[4] ~= 'f' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+  local p = tonumber(ARGV[7])
+  local hw = tonumber(redis.call('GET', KEYS[#KEYS]) or '0')
+  if ` + redisconn.TokenLua("hw") + ` and hw < p then
+    local t = redis.call('TIME')
+    local x = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
+    redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', 1, 'g', ARGV[3], 'x', x, 'f', ARGV[7])
+    redis.call('SET', KEYS[#KEYS], ARGV[7])
+    redis.call('PEXPIREAT', KEYS[1], x)
+    return {1, ARGV[7], 1, ARGV[3]}
+  end
+end
+`
 
 // fenceScript writes a new grant's token to a master that granted it.
 //
@@ -317,25 +339,8 @@ end
 // instead of making a hold nobody releases. The floor goes to the fence
 // key, and to f while the hash stays. A lock left free and promised to
 // nobody loses its hash.
-var releaseScript = newScript(notifySource + stateSource + `
+var releaseScript = newScript(releaseFast + notifySource + stateSource + `
 if bad then return bad end
--- The common case first: the hold's last release with nobody queued and
--- nothing promised. Its outcome is the general path's (the fence key
--- raised to the fence and the floor, the hash dropped, an empty notice)
--- in fewer commands.
-if redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then
-  local c = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p', 'pt')
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  if c[1] == ARGV[1] and (tonumber(c[4]) or 0) > now and (ARGV[2] ~= '' and c[5] == ARGV[2] or c[3] == ARGV[3])
-      and c[2] == '1' and not c[6] and (tonumber(c[7]) or 0) <= now then
-    raise(tonumber(ARGV[6]))
-    raise(tonumber(c[5]))
-    redis.call('DEL', h)
-    notify(ARGV[4], '')
-    return {1, 0}
-  end
-end
 local queued = {}
 local wasHead = false
 for k = 2, 4, 2 do
@@ -412,6 +417,31 @@ handoff()
 settle()
 return {1, 0}
 `)
+
+// releaseFast is the release script's common case, ahead of its
+// definitions: the hold's last release with nobody queued and nothing
+// promised. Its outcome is the full script's (the fence key raised to the
+// fence and the floor, the hash dropped, an empty notice) in fewer
+// commands; a fence key that does not hold a token falls through to the
+// full script, which reports it.
+var releaseFast = `
+if redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then
+  local c = redis.call('HMGET', KEYS[1], 'o', 'n', 'g', 'x', 'f', 'p')
+  if c[1] == ARGV[1] and c[2] == '1' and not c[6] and (ARGV[2] ~= '' and c[5] == ARGV[2] or c[3] == ARGV[3]) then
+    local t = redis.call('TIME')
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    local fk = KEYS[#KEYS]
+    local hw = tonumber(redis.call('GET', fk) or '0')
+    if (tonumber(c[4]) or 0) > now and ` + redisconn.TokenLua("hw") + ` then
+      local v = math.max(tonumber(ARGV[6]) or 0, tonumber(c[5]) or 0)
+      if v > hw then redis.call('SET', fk, string.format('%.0f', v)) end
+      redis.call('DEL', KEYS[1])
+      redis.call('PUBLISH', ARGV[4], '')
+      return {1, 0}
+    end
+  end
+end
+`
 
 // cancelScript withdraws a waiter from one master's queues and, if the
 // lock is free and the waiter was the one a notice names (the head of the
