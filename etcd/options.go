@@ -12,13 +12,10 @@ import (
 )
 
 // An Option configures a Backend.
-type Option interface {
-	apply(*config)
-}
+type Option interface{ opt.Option[config] }
 
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+// optionFunc makes an Option of a function that sets its value.
+type optionFunc = opt.Func[config]
 
 type config struct {
 	prefix         string
@@ -34,7 +31,7 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	c := config{prefix: DefaultPrefix, connectTimeout: DefaultDialTimeout}
-	opt.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts)
 	return c
 }
 

@@ -21,13 +21,10 @@ const (
 )
 
 // An Option configures a [Backend].
-type Option interface {
-	apply(*config)
-}
+type Option interface{ opt.Option[config] }
 
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+// optionFunc makes an Option of a function that sets its value.
+type optionFunc = opt.Func[config]
 
 type config struct {
 	prefix         string
@@ -44,7 +41,7 @@ type config struct {
 func newConfig(opts []Option) config {
 	c := config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout,
 		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
-	opt.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts)
 	return c
 }
 

@@ -11,13 +11,10 @@ import (
 )
 
 // An Option configures a [Backend].
-type Option interface {
-	apply(*config)
-}
+type Option interface{ opt.Option[config] }
 
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+// optionFunc makes an Option of a function that sets its value.
+type optionFunc = opt.Func[config]
 
 type config struct {
 	prefix      string
@@ -91,7 +88,7 @@ const (
 func newConfig(opts []Option) config {
 	c := config{prefix: DefaultKeyPrefix, nodeTimeout: DefaultNodeTimeout, drift: DefaultDriftFactor,
 		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
-	opt.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts)
 	return c
 }
 

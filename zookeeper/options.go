@@ -57,13 +57,10 @@ func (p LossPolicy) String() string {
 }
 
 // An Option configures a Backend.
-type Option interface {
-	apply(*config)
-}
+type Option interface{ opt.Option[config] }
 
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+// optionFunc makes an Option of a function that sets its value.
+type optionFunc = opt.Func[config]
 
 type config struct {
 	root           string
@@ -84,7 +81,7 @@ func newConfig(opts []Option) config {
 		logger:         slog.Default(),
 		connectTimeout: dlock.DefaultConnectTimeout,
 	}
-	opt.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts)
 	return c
 }
 
