@@ -22,7 +22,7 @@ import (
 // concurrent use. It has the methods of the SQL backends' shell:
 // [dlock.Backend], [dlock.BatchRenewer], [dlock.Inspector],
 // [dlock.Migrator], [dlock.LossReporter] and [dlock.TTLLimiter] (see the
-// package doc, "Maximum TTL"), plus String, Table, Session and Reclaim.
+// package doc, "# Guarantees"), plus String, Table, Session and Reclaim.
 type Backend struct{ *shell }
 
 type shell = sqllock.Backend
