@@ -52,5 +52,6 @@
 // Requests that fail for want of a leader are retried for up to 10 s; a
 // renewal is a keep-alive per lease plus a read of the holds' keys, batched
 // ([Backend.RenewBatch]), so a key deleted by someone else is found gone
-// within about a third of the TTL.
+// by the first renewal a sixth of the TTL after the deletion, the second
+// at the latest.
 package etcd
