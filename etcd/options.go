@@ -14,9 +14,6 @@ import (
 // An Option configures a Backend.
 type Option interface{ opt.Option[config] }
 
-// optionFunc makes an Option of a function that sets its value.
-type optionFunc = opt.Func[config]
-
 type config struct {
 	prefix         string
 	connectTimeout time.Duration
@@ -41,7 +38,7 @@ func (c config) err() error { return c.errs.Err(dlock.ErrInvalidOption, "etcd") 
 
 // dial returns an option that only Open can use, named name.
 func dial(name string, f func(*config)) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		c.dialing = append(c.dialing, name)
 		f(c)
 	})
@@ -53,7 +50,7 @@ func dial(name string, f func(*config)) Option {
 // the same locks. Leading and trailing slashes are dropped; an empty prefix
 // means the default.
 func Prefix(p string) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if p = strings.Trim(p, "/"); p != "" {
 			c.prefix = p
 		}
