@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -209,28 +210,47 @@ func Etcd(t T, opts ...Option) *EtcdServer {
 // (SIGTERM to all members at once makes the leader linger for seconds).
 func EtcdCluster(t T, n int, opts ...Option) *EtcdGroup {
 	t.Helper()
+	if n < 1 {
+		t.Fatalf("testserver: EtcdCluster(%d): need at least 1", n)
+	}
 	return etcdStart(t, n, false, opts)
 }
 
 func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 	t.Helper()
-	g := &EtcdGroup{}
-	g.start(t, KindEtcd, etcdTimeout, n, opts, []int{2379, 2380}, func(l *quorumLayout) func(int) (*EtcdServer, error) {
-		bin, _ := lookBinary("etcd")
+	Require(t, KindEtcd)
+	bin, _ := lookBinary("etcd")
+	cfg := newConfig(etcdTimeout, opts)
+	lab := isolation(t, KindEtcd, cfg, n)
+	f := newFixture(t)
+	g := &EtcdGroup{quorumGroup[*EtcdServer]{kind: "etcd", timeout: cfg.startTimeout, lab: lab}}
+	f.launch(cfg.startTimeout, func() ([]*Process, error) {
+		ports, err := freePorts(2 * n)
+		if err != nil {
+			return nil, err
+		}
 		var tok [8]byte
 		_, _ = rand.Read(tok[:])
 		token := "dlock-test-" + hex.EncodeToString(tok[:])
-		ports := l.ports
+		hostPort := func(i, port int) string { return loopback(port) }
+		if lab != nil {
+			// A namespace of its own per member: the usual ports, each on
+			// its member's address.
+			hostPort = func(i, port int) string { return net.JoinHostPort(lab.addr(i), strconv.Itoa(port)) }
+			for i := range ports {
+				ports[i] = 2379 + i%2
+			}
+		}
 		var initial []string
 		for i := 0; i < n; i++ {
-			initial = append(initial, fmt.Sprintf("n%d=http://%s", i+1, l.hostPort(i, ports[2*i+1])))
+			initial = append(initial, fmt.Sprintf("n%d=http://%s", i+1, hostPort(i, ports[2*i+1])))
 		}
-		return func(i int) (*EtcdServer, error) {
-			dir, err := l.f.tempDir("etcd")
+		return g.build(n, func(i int) (*EtcdServer, error) {
+			dir, err := f.tempDir("etcd")
 			if err != nil {
 				return nil, err
 			}
-			client, peer := "http://"+l.hostPort(i, ports[2*i]), "http://"+l.hostPort(i, ports[2*i+1])
+			client, peer := "http://"+hostPort(i, ports[2*i]), "http://"+hostPort(i, ports[2*i+1])
 			args := append([]string{bin,
 				"--name", fmt.Sprintf("n%d", i+1),
 				"--data-dir", filepath.Join(dir, "data"),
@@ -239,10 +259,10 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 				"--initial-cluster", strings.Join(initial, ","),
 				"--initial-cluster-state", "new", "--initial-cluster-token", token,
 				"--logger", "zap", "--log-outputs", "stderr",
-			}, l.cfg.args...)
-			addr := l.hostPort(i, ports[2*i])
-			if l.lab != nil {
-				args = l.lab.exec(i, args)
+			}, cfg.args...)
+			addr := hostPort(i, ports[2*i])
+			if lab != nil {
+				args = lab.exec(i, args)
 			}
 			name := fmt.Sprintf("etcd[%d]", i)
 			if single {
@@ -251,8 +271,8 @@ func etcdStart(t T, n int, single bool, opts []Option) *EtcdGroup {
 			p := newProcess(name, dir, addr, args)
 			p.probeTimeout = 2 * time.Second
 			p.ready = func(ctx context.Context) error { return etcdHealth(ctx, addr) }
-			return &EtcdServer{Process: p, peerAddr: l.hostPort(i, ports[2*i+1])}, nil
-		}
-	})
+			return &EtcdServer{Process: p, peerAddr: hostPort(i, ports[2*i+1])}, nil
+		})
+	}, nil)
 	return g
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 )
 
@@ -160,53 +158,4 @@ func (g *group[S]) build(n int, node func(i int) (S, error)) ([]*Process, error)
 		g.nodes = append(g.nodes, s)
 	}
 	return procs, nil
-}
-
-// quorumLayout is one launch attempt of a quorum group, as start gives it
-// to the backend's node maker: node i listens on host(i), its ports are
-// ports[i*len(usual):(i+1)*len(usual)].
-type quorumLayout struct {
-	f     *fixture
-	cfg   *config
-	lab   *netLab
-	ports []int
-	host  func(i int) string
-}
-
-// hostPort is the address of port on node i.
-func (l *quorumLayout) hostPort(i, port int) string {
-	return net.JoinHostPort(l.host(i), strconv.Itoa(port))
-}
-
-// start is what starting etcd and ZooKeeper share: it requires kind,
-// resolves the options (start timeout def), isolates the n nodes if
-// asked (WithIsolation) and launches them. Each attempt gets free
-// loopback ports, len(usual) a node, or in a network lab the usual ports
-// on each node's own address; nodes then returns the maker of node i.
-func (g *quorumGroup[S]) start(t T, kind Kind, def time.Duration, n int, opts []Option, usual []int,
-	nodes func(l *quorumLayout) func(i int) (S, error)) {
-	t.Helper()
-	if n < 1 {
-		t.Fatalf("testserver: a %s group of %d: need at least 1", kind, n)
-	}
-	Require(t, kind)
-	cfg := newConfig(def, opts)
-	l := &quorumLayout{f: newFixture(t), cfg: cfg, lab: isolation(t, kind, cfg, n)}
-	g.kind, g.timeout, g.lab = string(kind), cfg.startTimeout, l.lab
-	l.f.launch(cfg.startTimeout, func() ([]*Process, error) {
-		ports, err := freePorts(len(usual) * n)
-		if err != nil {
-			return nil, err
-		}
-		l.ports, l.host = ports, func(int) string { return "127.0.0.1" }
-		if l.lab != nil {
-			// A namespace of its own per node: the usual ports, each on
-			// its node's address.
-			l.host = l.lab.addr
-			for i := range ports {
-				ports[i] = usual[i%len(usual)]
-			}
-		}
-		return g.build(n, nodes(l))
-	}, nil)
 }

@@ -158,26 +158,46 @@ func ZooKeeper(t T, opts ...Option) *ZooKeeperServer {
 // node.
 func ZooKeeperEnsemble(t T, n int, opts ...Option) *ZooKeeperGroup {
 	t.Helper()
+	if n < 1 {
+		t.Fatalf("testserver: ZooKeeperEnsemble(%d): need at least 1", n)
+	}
 	return zkStart(t, n, false, opts)
 }
 
 func zkStart(t T, n int, standalone bool, opts []Option) *ZooKeeperGroup {
 	t.Helper()
-	g := &ZooKeeperGroup{}
-	g.start(t, KindZooKeeper, zkTimeout, n, opts, []int{2181, 2888, 3888}, func(l *quorumLayout) func(int) (*ZooKeeperServer, error) {
-		java, _ := lookBinary("java")
-		cp, _ := zkClassPath()
-		e := &zkEnsemble{cfg: l.cfg, java: java, cp: cp, lab: l.lab, ports: l.ports, host: l.host}
-		if !standalone {
-			for i := 0; i < n; i++ {
-				e.servers = append(e.servers, fmt.Sprintf("server.%d=%s:%d:%d", i+1, e.host(i), e.ports[3*i+1], e.ports[3*i+2]))
+	Require(t, KindZooKeeper)
+	java, _ := lookBinary("java")
+	cp, _ := zkClassPath()
+	cfg := newConfig(zkTimeout, opts)
+	lab := isolation(t, KindZooKeeper, cfg, n)
+	f := newFixture(t)
+	g := &ZooKeeperGroup{quorumGroup[*ZooKeeperServer]{kind: "zookeeper", timeout: cfg.startTimeout, lab: lab}}
+	f.launch(cfg.startTimeout, func() ([]*Process, error) {
+		ports, err := freePorts(3 * n)
+		if err != nil {
+			return nil, err
+		}
+		e := &zkEnsemble{cfg: cfg, java: java, cp: cp, lab: lab, ports: ports,
+			host: func(int) string { return "127.0.0.1" }}
+		if lab != nil {
+			// A namespace of its own per node: the usual ports, each on
+			// its node's address.
+			e.host = lab.addr
+			for i := range ports {
+				ports[i] = []int{2181, 2888, 3888}[i%3]
 			}
 		}
-		return func(i int) (*ZooKeeperServer, error) {
-			p, err := e.process(l.f, i)
-			return &ZooKeeperServer{p}, err
+		if !standalone {
+			for i := 0; i < n; i++ {
+				e.servers = append(e.servers, fmt.Sprintf("server.%d=%s:%d:%d", i+1, e.host(i), ports[3*i+1], ports[3*i+2]))
+			}
 		}
-	})
+		return g.build(n, func(i int) (*ZooKeeperServer, error) {
+			p, err := e.process(f, i)
+			return &ZooKeeperServer{p}, err
+		})
+	}, nil)
 	return g
 }
 
