@@ -12,13 +12,7 @@ import (
 )
 
 // An Option configures a Backend.
-type Option interface {
-	apply(*config)
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+type Option interface{ opt.Option[config] }
 
 type config struct {
 	prefix         string
@@ -34,7 +28,7 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	c := config{prefix: DefaultPrefix, connectTimeout: DefaultDialTimeout}
-	opt.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts)
 	return c
 }
 
@@ -44,7 +38,7 @@ func (c config) err() error { return c.errs.Err(dlock.ErrInvalidOption, "etcd") 
 
 // dial returns an option that only Open can use, named name.
 func dial(name string, f func(*config)) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		c.dialing = append(c.dialing, name)
 		f(c)
 	})
@@ -56,7 +50,7 @@ func dial(name string, f func(*config)) Option {
 // the same locks. Leading and trailing slashes are dropped; an empty prefix
 // means the default.
 func Prefix(p string) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if p = strings.Trim(p, "/"); p != "" {
 			c.prefix = p
 		}

@@ -22,7 +22,7 @@ import (
 // concurrent use. It has the methods of the SQL backends' shell:
 // [dlock.Backend], [dlock.BatchRenewer], [dlock.Inspector],
 // [dlock.Migrator], [dlock.LossReporter] and [dlock.TTLLimiter] (see the
-// package doc, "Maximum TTL"), plus String, Table, Session and Reclaim.
+// package doc, "# Guarantees"), plus String, Table, Session and Reclaim.
 type Backend struct{ *shell }
 
 type shell = sqllock.Backend
@@ -73,7 +73,7 @@ func isDefaultLogger(l mysql.Logger) bool {
 // login, the error names the server, matches [dlock.ErrBackendUnavailable],
 // and nothing is left open. Close closes the connections.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
-	cfg, err := sqllock.Resolve("mysql", opts, Option.apply)
+	cfg, err := sqllock.Resolve("mysql", opts)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 // round trip per statement inside transactions. Close does not close db.
 // Checking the server and creating the tables is bounded by 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
-	return sqllock.OnClient("mysql", "*sql.DB", db == nil, opts, Option.apply, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
+	return sqllock.OnClient("mysql", "*sql.DB", db == nil, opts, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
 		desc, err := describe(ctx, db)
 		if err != nil {
 			return nil, sqllock.OpenError("mysql", myDialect, err)
@@ -216,7 +216,7 @@ func describe(ctx context.Context, db *sql.DB) (string, error) {
 // NOT EXISTS takes the table's metadata lock). `dlock migrate` uses it to
 // create them ahead of time.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
-	return sqllock.MigrateOn(ctx, db, "mysql", myDialect, opts, Option.apply)
+	return sqllock.MigrateOn(ctx, db, "mysql", myDialect, opts)
 }
 
 // invalid returns an error matching dlock.ErrInvalidOption.

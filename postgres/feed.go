@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/dur"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 	"github.com/jackc/pgx/v5"
 )
@@ -52,12 +53,8 @@ func (f *listenFeed) run(ctx context.Context, ready, changed func()) {
 		changed()
 		ready()
 		first = false
-		t := time.NewTimer(reconnectDelay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if dur.Sleep(ctx, reconnectDelay) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }

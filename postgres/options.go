@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/opt"
 	"github.com/dlock-dev/dlock/internal/sqllock"
 )
 
@@ -21,11 +22,9 @@ const (
 )
 
 // Option configures Open, New, NewPool and Migrate.
-type Option interface{ apply(*sqllock.Options) }
+type Option interface{ sqllock.Option }
 
-type option func(*sqllock.Options)
-
-func (f option) apply(o *sqllock.Options) { f(o) }
+type option = opt.Func[sqllock.Options]
 
 // ConnectTimeout bounds connecting and logging in (pgx's ConnectTimeout;
 // default the DSN's, else [DefaultConnectTimeout]; 0: only the context's).

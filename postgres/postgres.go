@@ -50,7 +50,7 @@ var pgServer = connect.Server{
 // [dlock.ErrBackendUnavailable], and nothing is left open. Close closes
 // the connections.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
-	cfg, err := sqllock.Resolve("postgres", opts, Option.apply)
+	cfg, err := sqllock.Resolve("postgres", opts)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func poolParam(pc *pgx.ConnConfig, cfg *sqllock.Options) error {
 // notified and look again at a backing-off interval (5 to 100 ms) instead.
 // Checking the server and creating the tables is bounded by 30 s.
 func New(db *sql.DB, opts ...Option) (*Backend, error) {
-	return sqllock.OnClient("postgres", "*sql.DB", db == nil, opts, Option.apply, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
+	return sqllock.OnClient("postgres", "*sql.DB", db == nil, opts, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
 		desc, err := describe(ctx, db)
 		if err != nil {
 			return nil, sqllock.OpenError("postgres", pgDialect, err)
@@ -129,7 +129,7 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 // closed when the waiters are gone). Checking the server and creating the
 // tables is bounded by 30 s.
 func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
-	return sqllock.OnClient("postgres", "*pgxpool.Pool", pool == nil, opts, Option.apply, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
+	return sqllock.OnClient("postgres", "*pgxpool.Pool", pool == nil, opts, func(ctx context.Context, cfg sqllock.Options) (*Backend, error) {
 		desc := "postgres " + address(pool.Config().ConnConfig)
 		db := stdlib.OpenDBFromPool(pool, stdlib.OptionShouldPing(shouldPing))
 		if err := db.PingContext(ctx); err != nil {
@@ -243,7 +243,7 @@ func address(c *pgx.ConnConfig) string {
 // once: the creation runs in one transaction under an advisory lock.
 // `dlock migrate` uses it to create them ahead of time.
 func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
-	return sqllock.MigrateOn(ctx, db, "postgres", pgDialect, opts, Option.apply)
+	return sqllock.MigrateOn(ctx, db, "postgres", pgDialect, opts)
 }
 
 // invalid returns an error matching dlock.ErrInvalidOption.

@@ -21,13 +21,7 @@ const (
 )
 
 // An Option configures a [Backend].
-type Option interface {
-	apply(*config)
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+type Option interface{ opt.Option[config] }
 
 type config struct {
 	prefix         string
@@ -44,7 +38,7 @@ type config struct {
 func newConfig(opts []Option) config {
 	c := config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout,
 		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
-	opt.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts)
 	return c
 }
 
@@ -54,7 +48,7 @@ func newConfig(opts []Option) config {
 // use the same prefix. The prefix must be 1-64 bytes without braces, glob
 // characters (* ? [ ] \) or control bytes.
 func KeyPrefix(p string) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if why := validPrefix(p); c.errs.Check(why == "", "key prefix %q %s", p, why) {
 			c.prefix = p
 		}
@@ -70,7 +64,7 @@ func KeyPrefix(p string) Option {
 // for longer loses its place and queues again at the end. Values below
 // [MinWaiterTimeout] are an error.
 func WaiterTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(d >= MinWaiterTimeout, "waiter timeout %v is below the minimum %v", d, MinWaiterTimeout) {
 			c.waiterTimeout = d
 		}
@@ -97,7 +91,7 @@ func WaiterTimeout(d time.Duration) Option {
 // n must be at least 1 and timeout positive; keep timeout below the go-redis
 // client's ReadTimeout.
 func WaitReplicas(n int, timeout time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(n >= 1 && timeout > 0, "WaitReplicas(%d, %v): need at least 1 replica and a positive timeout", n, timeout) {
 			c.replicas, c.replicaTimeout = n, timeout
 		}
@@ -120,14 +114,14 @@ func WaitReplicas(n int, timeout time.Duration) Option {
 // single server. Turn it on for a single address that a failover can move
 // (a managed service's primary endpoint).
 func ClockTokens(on bool) Option {
-	return optionFunc(func(c *config) { c.clockTokens = &on })
+	return opt.Func[config](func(c *config) { c.clockTokens = &on })
 }
 
 // Description sets what [Backend.String] returns, which dlock puts into
 // every error message (default: "redis" and the client's address). It must
 // not contain secrets.
 func Description(s string) Option {
-	return optionFunc(func(c *config) { c.desc = s })
+	return opt.Func[config](func(c *config) { c.desc = s })
 }
 
 // dialConfig is how [Open] makes its client.
@@ -147,7 +141,7 @@ type dialConfig struct {
 
 // dialOption is an Option that only [Open] takes.
 func dialOption(name string, f func(*config)) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		c.dial.set = append(c.dial.set, name)
 		f(c)
 	})

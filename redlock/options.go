@@ -11,13 +11,7 @@ import (
 )
 
 // An Option configures a [Backend].
-type Option interface {
-	apply(*config)
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+type Option interface{ opt.Option[config] }
 
 type config struct {
 	prefix      string
@@ -39,7 +33,7 @@ type dialConfig struct {
 
 // dialOption is an Option that only [Open] takes.
 func dialOption(name string, f func(*dialConfig)) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		c.dial.set = append(c.dial.set, name)
 		f(&c.dial)
 	})
@@ -53,7 +47,7 @@ func Credentials(user, password string) Option {
 
 // DB sets the database number [Open] selects on every master (default 0).
 func DB(n int) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		c.dial.set = append(c.dial.set, "DB")
 		if c.errs.Check(n >= 0, "database number %d is negative", n) {
 			c.dial.db = n
@@ -72,7 +66,7 @@ func TLS(cfg *tls.Config) Option {
 // answer (default [dlock.DefaultConnectTimeout]; 0 leaves only the
 // context of Open, which bounds it too).
 func ConnectTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		c.dial.set = append(c.dial.set, "ConnectTimeout")
 		if c.errs.Check(d >= 0, "connect timeout %v is negative", d) {
 			c.dial.connectTimeout = d
@@ -91,14 +85,14 @@ const (
 func newConfig(opts []Option) config {
 	c := config{prefix: DefaultKeyPrefix, nodeTimeout: DefaultNodeTimeout, drift: DefaultDriftFactor,
 		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
-	opt.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts)
 	return c
 }
 
 // KeyPrefix sets the prefix of the keys on the masters (default "dlock").
 // A lock NAME is the hash PREFIX:{NAME} on every master.
 func KeyPrefix(p string) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		ok := p != "" && len(p) <= 64 && !strings.ContainsAny(p, "{}*?[]\\")
 		if c.errs.Check(ok, "key prefix %q must be 1-64 bytes without braces or glob characters", p) {
 			c.prefix = p
@@ -115,7 +109,7 @@ func KeyPrefix(p string) Option {
 // is not waited for longer than it takes; only a dead or paused one costs
 // the whole timeout, and an acquisition returns at quorum without it.
 func NodeTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(d > 0, "node timeout %v is not positive", d) {
 			c.nodeTimeout = d
 		}
@@ -126,7 +120,7 @@ func NodeTimeout(d time.Duration) Option {
 // relative to this process, as a fraction of the TTL (default 0.01); the
 // validity of a grant is TTL − elapsed − (TTL×factor + 2ms).
 func DriftFactor(f float64) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(f >= 0 && f < 0.5, "drift factor %v is not in [0, 0.5)", f) {
 			c.drift = f
 		}

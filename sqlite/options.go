@@ -23,11 +23,10 @@ const (
 
 // An Option configures Open, New or Migrate. Options that apply to Open
 // only say so; given to New or Migrate they are [dlock.ErrInvalidOption].
-type Option interface{ apply(*config) }
+type Option interface{ opt.Option[config] }
 
-type option func(*config)
-
-func (f option) apply(c *config) { f(c) }
+// option makes an Option of a function that sets its value.
+type option = opt.Func[config]
 
 // shared forwards an option the SQL backends share.
 func shared(set func(*sqllock.Options)) Option {
@@ -104,7 +103,7 @@ func privateLocal() Option {
 // resolve applies opts; open says whether they configure Open.
 func resolve(open bool, opts []Option) (config, error) {
 	cfg := config{Options: sqllock.DefaultOptions(), busyTimeout: DefaultBusyTimeout, synchronous: "FULL"}
-	opt.Apply(&cfg, opts, Option.apply)
+	opt.Apply(&cfg, opts)
 	cfg.Check(open || len(cfg.openOnly) == 0, "%s applies to Open only", strings.Join(cfg.openOnly, ", "))
 	return cfg, cfg.Err("sqlite")
 }

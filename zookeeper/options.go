@@ -57,13 +57,7 @@ func (p LossPolicy) String() string {
 }
 
 // An Option configures a Backend.
-type Option interface {
-	apply(*config)
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+type Option interface{ opt.Option[config] }
 
 type config struct {
 	root           string
@@ -84,7 +78,7 @@ func newConfig(opts []Option) config {
 		logger:         slog.Default(),
 		connectTimeout: dlock.DefaultConnectTimeout,
 	}
-	opt.Apply(&c, opts, Option.apply)
+	opt.Apply(&c, opts)
 	return c
 }
 
@@ -97,7 +91,7 @@ func (c config) err() error { return c.errs.Err(dlock.ErrInvalidOption, "zookeep
 // absolute ZooKeeper path; missing nodes on the way are created as
 // persistent nodes. "/" is taken as the default.
 func Root(path string) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if path == "" || path == "/" {
 			c.root = DefaultRoot
 			return
@@ -132,7 +126,7 @@ func Root(path string) Option {
 // With [New], the session timeout of the connection the caller built
 // cannot be seen: give the value the servers grant with this option.
 func SessionTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(d > 0, "session timeout %v is not positive", d) {
 			c.sessionTimeout = d
 		}
@@ -142,7 +136,7 @@ func SessionTimeout(d time.Duration) Option {
 // ConnectTimeout bounds how long Open waits for a session (default
 // [dlock.DefaultConnectTimeout]; 0: only ctx bounds it).
 func ConnectTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(d >= 0, "connect timeout %v is negative", d) {
 			c.connectTimeout = d
 		}
@@ -152,7 +146,7 @@ func ConnectTimeout(d time.Duration) Option {
 // Loss sets which connection events end the leases of the session (default
 // [LossOnSessionEnd]).
 func Loss(p LossPolicy) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(p == LossOnSessionEnd || p == LossOnDisconnect, "unknown loss policy %d", int(p)) {
 			c.loss = p
 		}
@@ -162,7 +156,7 @@ func Loss(p LossPolicy) Option {
 // ACL sets the ACL of the nodes the backend creates (default: world, all
 // permissions).
 func ACL(acl []zk.ACL) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(len(acl) > 0, "empty ACL") {
 			c.acl = acl
 		}
@@ -172,7 +166,7 @@ func ACL(acl []zk.ACL) Option {
 // Logger sets where the backend and go-zookeeper log connection events,
 // at debug level (default: slog.Default()).
 func Logger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) {
+	return opt.Func[config](func(c *config) {
 		if c.errs.Check(l != nil, "nil logger") {
 			c.logger = l
 		}

@@ -36,14 +36,7 @@ URL (which makes applications only check the tables) is ignored here. It is safe
 several places at once. Backends that keep no schema (redis, redlock,
 zookeeper, etcd, mem) have nothing to create: it says so and exits 0.
 
-Flags:
-%FLAGS%
-Backend:
-  --url, else $DLOCK_URL, else the SQLite file in the state directory
-  (sqlite://$XDG_STATE_HOME/dlock/locks.db, or ~/.local/state/dlock/locks.db).
-
-Exit status:
-  0  the tables exist and are dlock's (or the backend keeps none)
+` + backendUsage + `  0  the tables exist and are dlock's (or the backend keeps none)
   2  usage error: a bad flag or URL
   5  backend error: the backend cannot be opened, does not answer, or a
      table of that name exists and is not dlock's

@@ -47,14 +47,7 @@ with what could be read of it and a last column FOREIGN DATA saying what
 is wrong; locking it fails until the record is removed or repaired.
 With no lock held it prints nothing on stdout and says so on stderr.
 
-Flags:
-%FLAGS%
-Backend:
-  --url, else $DLOCK_URL, else the SQLite file in the state directory
-  (sqlite://$XDG_STATE_HOME/dlock/locks.db, or ~/.local/state/dlock/locks.db).
-
-Exit status:
-  0  the listing was printed
+` + backendUsage + `  0  the listing was printed
   1  the backend cannot list locks
   2  usage error: a bad flag or URL
   5  backend error: the backend cannot be opened or does not answer

@@ -14,6 +14,18 @@ import (
 
 // urlFlag defines the --url and --connect-timeout flags of the commands
 // that open a backend.
+// backendUsage is the middle of the help text of the commands that only
+// talk to the backend (status, migrate): their flags, where the backend
+// comes from, and the heading of their exit statuses.
+const backendUsage = `Flags:
+%FLAGS%
+Backend:
+  --url, else $DLOCK_URL, else the SQLite file in the state directory
+  (sqlite://$XDG_STATE_HOME/dlock/locks.db, or ~/.local/state/dlock/locks.db).
+
+Exit status:
+`
+
 func urlFlag(fs *flag.FlagSet, url *string, connect *optDuration) {
 	fs.StringVar(url, "url", "", "the backend's URL (default: $DLOCK_URL, else the SQLite file\nin the state directory)")
 	fs.Var(connect, "connect-timeout", "how long to wait to reach the backend (default: the URL's\nconnect_timeout parameter, else 10s); it replaces that\nparameter")

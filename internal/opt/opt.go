@@ -10,12 +10,26 @@ import (
 	"github.com/dlock-dev/dlock/internal/errkind"
 )
 
-// Apply applies opts to c in order, skipping nil ones. apply is the
-// package's Option.apply, as a method expression.
-func Apply[O, C any](c *C, opts []O, apply func(O, *C)) {
+// Option is what a package's Option type embeds to be sealed:
+//
+//	// An Option configures a Backend.
+//	type Option interface{ opt.Option[config] }
+//
+// Its method is unexported, so [Func] is its only implementation, and as
+// config is the package's unexported type, only the package's own
+// constructors make its options.
+type Option[C any] interface{ apply(*C) }
+
+// Func is an option as a function that sets its value in the config C.
+type Func[C any] func(*C)
+
+func (f Func[C]) apply(c *C) { f(c) }
+
+// Apply applies opts to c in order, skipping nil ones.
+func Apply[C any, O Option[C]](c *C, opts []O) {
 	for _, o := range opts {
 		if any(o) != nil { // O is an interface: a nil one has no apply
-			apply(o, c)
+			o.apply(c)
 		}
 	}
 }

@@ -9,16 +9,12 @@ var errKind = errors.New("kind")
 
 type config struct{ n []int }
 
-type opt func(*config)
-
-func (f opt) apply(c *config) { f(c) }
-
-type Option interface{ apply(*config) }
+type option interface{ Option[config] }
 
 func TestApplySkipsNil(t *testing.T) {
 	var c config
-	add := func(n int) Option { return opt(func(c *config) { c.n = append(c.n, n) }) }
-	Apply(&c, []Option{add(1), nil, add(2)}, Option.apply)
+	add := func(n int) option { return Func[config](func(c *config) { c.n = append(c.n, n) }) }
+	Apply(&c, []option{add(1), nil, add(2)})
 	if len(c.n) != 2 || c.n[0] != 1 || c.n[1] != 2 {
 		t.Fatalf("applied %v, want [1 2]", c.n)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/dur"
 	"github.com/dlock-dev/dlock/internal/notify"
 )
 
@@ -133,12 +134,8 @@ func (f *PollFeed) run(stop context.Context, ready, changed func()) {
 			interval = f.max
 		}
 		ready()
-		t := time.NewTimer(interval)
-		select {
-		case <-stop.Done():
-			t.Stop()
+		if dur.Sleep(stop, interval) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }

@@ -19,9 +19,9 @@ const SetupTimeout = 30 * time.Second
 // context. A nil client (isNil; what names its type) is refused like a bad
 // option, with an error matching dlock.ErrInvalidOption; opts are
 // resolved as by [Resolve] and given to make.
-func OnClient[O, B any](backend, what string, isNil bool, opts []O, apply func(O, *Options),
+func OnClient[O Option, B any](backend, what string, isNil bool, opts []O,
 	make func(ctx context.Context, o Options) (B, error)) (B, error) {
-	o, err := resolveOn(backend, what, isNil, opts, apply)
+	o, err := resolveOn(backend, what, isNil, opts)
 	if err != nil {
 		var none B
 		return none, err
@@ -33,8 +33,8 @@ func OnClient[O, B any](backend, what string, isNil bool, opts []O, apply func(O
 
 // MigrateOn is a backend's Migrate: [Migrate] for the table that opts
 // name, on db (nil is refused like a bad option).
-func MigrateOn[O any](ctx context.Context, db *sql.DB, backend string, d Dialect, opts []O, apply func(O, *Options)) error {
-	o, err := resolveOn(backend, "*sql.DB", db == nil, opts, apply)
+func MigrateOn[O Option](ctx context.Context, db *sql.DB, backend string, d Dialect, opts []O) error {
+	o, err := resolveOn(backend, "*sql.DB", db == nil, opts)
 	if err != nil {
 		return err
 	}
@@ -43,10 +43,10 @@ func MigrateOn[O any](ctx context.Context, db *sql.DB, backend string, d Dialect
 
 // resolveOn is [Resolve] for a function on a client the caller opened: a
 // nil one (isNil; what names its type) is one of the problems reported.
-func resolveOn[O any](backend, what string, isNil bool, opts []O, apply func(O, *Options)) (Options, error) {
+func resolveOn[O Option](backend, what string, isNil bool, opts []O) (Options, error) {
 	o := DefaultOptions()
 	o.Check(!isNil, "nil %s", what)
-	opt.Apply(&o, opts, apply)
+	opt.Apply(&o, opts)
 	return o, o.Err(backend)
 }
 

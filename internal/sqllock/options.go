@@ -42,12 +42,16 @@ func (o *Options) Err(backend string) error {
 	return o.errs.Err(dlock.ErrInvalidOption, backend)
 }
 
+// Option is what a SQL backend's Option type embeds (see [opt.Option]):
+//
+//	type Option interface{ sqllock.Option }
+type Option = opt.Option[Options]
+
 // Resolve applies a backend's options, skipping nil ones, to
-// [DefaultOptions] and returns them with [Options.Err]. apply is the
-// backend's Option.apply (a method expression).
-func Resolve[O any](backend string, opts []O, apply func(O, *Options)) (Options, error) {
+// [DefaultOptions] and returns them with [Options.Err].
+func Resolve[O Option](backend string, opts []O) (Options, error) {
 	o := DefaultOptions()
-	opt.Apply(&o, opts, apply)
+	opt.Apply(&o, opts)
 	return o, o.Err(backend)
 }
 
