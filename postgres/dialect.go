@@ -18,7 +18,8 @@ import (
 // a row lock acts, so a take-over judged by it is never early.
 //
 // Its Schema also creates a trigger that sends NOTIFY on the channel of
-// the lease table (see channel) whenever a lock is freed (its owner cleared) or a fair
+// the lease table (see channel) whenever a lock that a waiter marked or
+// queues for is freed (its owner cleared; see Dialect.Want) or a fair
 // waiter leaves the queue of a lock that is not held: the release stays one statement, and waiters in
 // other processes LISTEN instead of polling. The statements run under a
 // transaction-level advisory lock, so that processes that start at once
@@ -42,6 +43,15 @@ var pgDialect = sqllock.Dialect{
 	MarkLock:   "FOR SHARE OF f",
 	FenceFirst: true,
 	Reclaim:    postgresReclaim,
+	// A freed row stays for the name's next acquisition (an UPDATE, which
+	// PostgreSQL makes in place: no index entry, no dead row to vacuum).
+	KeepFreed: true,
+	// The release notifies only when a plain waiter marked the row, or a
+	// fair waiter queues: NOTIFY serializes the commits of the whole
+	// server (a lock held from before the commit to its end).
+	Want: `UPDATE {L} SET wanted = true WHERE name = ? AND owner <> '' AND NOT wanted`,
+	ReleaseSet: `,
+	wanted = l.wanted AND l.holds > 1`,
 }
 
 // pgNow is the database's clock in milliseconds since the Unix epoch.
@@ -56,10 +66,10 @@ func pgBucket(name string) string {
 	return "(get_byte(sha256(convert_to(" + name + ", 'UTF8')), 0) % " + strconv.Itoa(pgBuckets) + ")"
 }
 
-// postgresReclaim creates the fence table and its triggers: a deleted
-// row of dlock's raises its bucket's mark to its token, and a row freed
-// by an UPDATE with no waiter rows for its name is deleted (at the end of
-// that statement, in its transaction).
+// postgresReclaim creates the fence table and its trigger: a deleted
+// row of dlock's raises its bucket's mark to its token. It drops the
+// trigger of earlier versions that deleted a row freed by an UPDATE (see
+// Dialect.KeepFreed).
 func postgresReclaim(locks, waiters, fence string) []string {
 	fn := locks + "_fence"
 	rc := locks + "_reclaim"
@@ -76,25 +86,15 @@ BEGIN
 	RETURN NULL;
 END
 $f$`,
-		`CREATE OR REPLACE FUNCTION ` + rc + `() RETURNS trigger LANGUAGE plpgsql AS $f$
-BEGIN
-	IF NOT EXISTS (SELECT 1 FROM ` + waiters + ` w WHERE w.name = NEW.name) THEN
-		DELETE FROM ` + locks + ` WHERE name = NEW.name AND owner = '' AND holds = 0;
-	END IF;
-	RETURN NULL;
-END
-$f$`,
 		`DO $d$
 BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = '` + strings.ToLower(fn) + `') THEN
 		CREATE TRIGGER ` + fn + ` AFTER DELETE ON ` + locks + ` FOR EACH ROW EXECUTE FUNCTION ` + fn + `();
 	END IF;
-	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = '` + strings.ToLower(rc) + `') THEN
-		CREATE TRIGGER ` + rc + ` AFTER UPDATE ON ` + locks + ` FOR EACH ROW
-			WHEN (OLD.owner <> '' AND NEW.owner = '' AND NEW.holds = 0) EXECUTE FUNCTION ` + rc + `();
-	END IF;
 END
 $d$`,
+		`DROP TRIGGER IF EXISTS ` + rc + ` ON ` + locks,
+		`DROP FUNCTION IF EXISTS ` + rc + `()`,
 	}
 }
 
@@ -130,8 +130,11 @@ func postgresSchema(locks, waiters string) []string {
 	owner      TEXT   NOT NULL DEFAULT '',
 	holds      INTEGER NOT NULL DEFAULT 0,
 	token      BIGINT NOT NULL DEFAULT 0,
-	expires_at BIGINT NOT NULL DEFAULT 0
+	expires_at BIGINT NOT NULL DEFAULT 0,
+	wanted     BOOLEAN NOT NULL DEFAULT false
 )`,
+		// A table made by an earlier version.
+		`ALTER TABLE ` + locks + ` ADD COLUMN IF NOT EXISTS wanted BOOLEAN NOT NULL DEFAULT false`,
 		`CREATE TABLE IF NOT EXISTS ` + waiters + ` (
 	seq        BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	name       TEXT COLLATE "C" NOT NULL,
@@ -141,9 +144,17 @@ func postgresSchema(locks, waiters string) []string {
 		`CREATE INDEX IF NOT EXISTS ` + waiters + `_name ON ` + waiters + ` (name, seq)`,
 		// A fair waiter that leaves while the lock is held (the one just
 		// granted it, or one that gave up) wakes nobody: those behind it
-		// wait for the holder's release, which notifies.
+		// wait for the holder's release, which notifies. A release
+		// notifies only when a plain waiter marked the row (wanted) or
+		// a fair waiter queues for its name.
 		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
+	IF TG_OP = 'UPDATE' THEN
+		-- OLD is a lease row only here: PL/pgSQL does not short-circuit.
+		IF NOT OLD.wanted AND NOT EXISTS (SELECT 1 FROM ` + waiters + ` w WHERE w.name = OLD.name) THEN
+			RETURN NULL;
+		END IF;
+	END IF;
 	IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM ` + locks + ` l WHERE l.name = OLD.name
 		AND l.owner <> '' AND l.holds > 0 AND l.expires_at > ` + pgNow + `) THEN
 		RETURN NULL;

@@ -80,12 +80,12 @@
 // While held: one lease row (and, in session mode, the advisory lock of
 // the holder's connection). While waited on: the row, plus one waiter row
 // per fair waiter (refreshed while it waits; a dead waiter's row expires
-// after the waiter timeout); plain waiters keep nothing in the database.
-// After release: nothing — the releasing statement deletes the row when no
-// waiter row has its name (a trigger, so the release stays one
-// statement). A holder that died leaves its row until it expires; then
+// after the waiter timeout); a plain waiter marks the row (wanted).
+// After release: the free row, until its last lease would have run out,
+// so that the name's next acquisition updates it in place; then the next
+// sweep deletes it. A holder that died leaves its row until it expires; then
 // the next sweep deletes it (one acquisition or release in 64 of each
-// Backend sweeps up to 256 expired or free rows and 256 expired waiter
+// Backend sweeps up to 256 expired rows and 256 expired waiter
 // rows, and keeps sweeping while it finds full batches), so a killed
 // holder's 10,000 rows are gone after about 64 + 40 operations of any
 // Backend on the table. [Backend.Reclaim] sweeps at once. Tokens: the
@@ -101,7 +101,8 @@
 // # Waking
 //
 // A trigger on the tables NOTIFYs the channel named after the lease table
-// whenever a lock is freed or a fair waiter leaves a lock that is not held
+// whenever a lock that a plain waiter marked, or a fair waiter queues
+// for, is freed, or a fair waiter leaves a lock that is not held
 // (one leaving a held lock wakes nobody: the release will). While a Backend has
 // waiters, one connection LISTENs on it (a separate connection for
 // [Open], one taken from the pool for [New] and [NewPool]); waiters also

@@ -109,6 +109,27 @@ type Dialect struct {
 	// has its name is deleted. They must be idempotent.
 	Reclaim func(locks, waiters, fence string) []string
 
+	// KeepFreed says that a release leaves its freed row in place (no
+	// trigger deletes it), so that the next acquisition of the name is an
+	// UPDATE of that row rather than an INSERT and the release an UPDATE
+	// rather than a DELETE. The periodic sweep (see SweepEvery) then
+	// deletes only rows whose lease has run out: a freed row stays at
+	// most until its last lease would have expired. Reclaim deletes every
+	// free row, as without it.
+	KeepFreed bool
+
+	// Want, if set, is the statement (args: name) that a plain waiter runs
+	// before each look at the lock's state: it marks the lease row of a
+	// held lock as wanted, so that the release that frees it notifies the
+	// waiters of other processes (a release of a row nobody marks, and no
+	// fair waiter queues for, notifies nobody). ReleaseSet clears the mark
+	// when the row is freed. The mark is committed before the look, so a
+	// release either comes after it (and notifies) or is seen by the look.
+	Want string
+	// ReleaseSet is appended to the release's SET list (with a leading
+	// comma); it reads the row as it was (alias l).
+	ReleaseSet string
+
 	// DeleteFreed says that Reclaim's triggers do not delete a freed
 	// row (MySQL): a release first tries to delete the row (its last hold,
 	// no waiter rows) and, if that matched nothing, updates it as usual.

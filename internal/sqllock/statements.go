@@ -38,6 +38,11 @@ type statements struct {
 	lockBucket string
 	// lockFence (FenceTx): none. Locks every fence row.
 	lockFence string
+	// sweepIdle (Dialect.KeepFreed): none. sweep for the rows whose lease
+	// has run out only.
+	sweepIdle string
+	// want (Dialect.Want): name.
+	want string
 	// sweepWaiters: none. Deletes up to SweepBatch expired waiter rows of
 	// dlock's.
 	sweepWaiters string
@@ -133,7 +138,7 @@ func (s *statements) holdStatements(d Dialect, rebind func(string) string) {
 	// owner is assigned before holds for MySQL's sake (see set).
 	release := `UPDATE {L} AS l SET
 	owner = CASE WHEN l.holds <= 1 THEN '' ELSE l.owner END,
-	holds = l.holds - 1
+	holds = l.holds - 1` + d.ReleaseSet + `
 WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}` + FenceFirstSQL(d)
 	if d.Returning {
 		release += `
@@ -172,10 +177,20 @@ func (s *statements) sweepStatements(d Dialect, rebind func(string) string) {
 	s.releaseDelete = rebind(`DELETE FROM {L} WHERE name = ? AND owner = ? AND token = ? AND holds = 1 AND expires_at > {NOW}
 	AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = {L}.name)`)
 	s.lockBucket = rebind(LockBucketSQL(d))
+	if d.Want != "" {
+		s.want = rebind(d.Want)
+	}
 	s.lockFence = rebind(`SELECT bucket FROM {F} ORDER BY bucket FOR UPDATE`)
-	free := func(l string) string {
-		return RowOK(d, l) + ` AND (` + l + `.owner = '' OR ` + l + `.expires_at <= {NOW})
+	freeIf := func(l, cond string) string {
+		return RowOK(d, l) + ` AND (` + cond + `)
 	AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = ` + l + `.name)`
+	}
+	free := func(l string) string { return freeIf(l, l+`.owner = '' OR `+l+`.expires_at <= {NOW}`) }
+	if d.KeepFreed {
+		idle := func(l string) string { return freeIf(l, l+`.expires_at <= {NOW}`) }
+		s.sweepIdle = rebind(`DELETE FROM {L} AS l WHERE l.name IN (SELECT s.name FROM (SELECT l.name FROM {L} l WHERE ` + idle("l") +
+			` LIMIT ` + strconv.Itoa(SweepBatch) + `) s)
+	AND ` + idle("l") + FenceFirstSQL(d))
 	}
 	if d.DeleteLimit {
 		s.sweep = rebind(`DELETE FROM {L} WHERE ` + free("{L}") + ` LIMIT ` + strconv.Itoa(SweepBatch))
