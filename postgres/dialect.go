@@ -18,8 +18,7 @@ import (
 // a row lock acts, so a take-over judged by it is never early.
 //
 // Its Schema also creates a trigger that sends NOTIFY on the channel of
-// the lease table (see channel) whenever a lock that a waiter marked or
-// queues for is freed (its owner cleared; see Dialect.Want) or a fair
+// the lease table (see channel) whenever a lock is freed (its owner cleared) or a fair
 // waiter leaves the queue of a lock that is not held: the release stays one statement, and waiters in
 // other processes LISTEN instead of polling. The statements run under a
 // transaction-level advisory lock, so that processes that start at once
@@ -46,12 +45,6 @@ var pgDialect = sqllock.Dialect{
 	// A freed row stays for the name's next acquisition (an UPDATE, which
 	// PostgreSQL makes in place: no index entry, no dead row to vacuum).
 	KeepFreed: true,
-	// The release notifies only when a plain waiter marked the row, or a
-	// fair waiter queues: NOTIFY serializes the commits of the whole
-	// server (a lock held from before the commit to its end).
-	Want: `UPDATE {L} SET wanted = true WHERE name = ? AND owner <> '' AND NOT wanted`,
-	ReleaseSet: `,
-	wanted = l.wanted AND l.holds > 1`,
 }
 
 // pgNow is the database's clock in milliseconds since the Unix epoch.
@@ -130,11 +123,8 @@ func postgresSchema(locks, waiters string) []string {
 	owner      TEXT   NOT NULL DEFAULT '',
 	holds      INTEGER NOT NULL DEFAULT 0,
 	token      BIGINT NOT NULL DEFAULT 0,
-	expires_at BIGINT NOT NULL DEFAULT 0,
-	wanted     BOOLEAN NOT NULL DEFAULT false
+	expires_at BIGINT NOT NULL DEFAULT 0
 )`,
-		// A table made by an earlier version.
-		`ALTER TABLE ` + locks + ` ADD COLUMN IF NOT EXISTS wanted BOOLEAN NOT NULL DEFAULT false`,
 		`CREATE TABLE IF NOT EXISTS ` + waiters + ` (
 	seq        BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	name       TEXT COLLATE "C" NOT NULL,
@@ -144,17 +134,9 @@ func postgresSchema(locks, waiters string) []string {
 		`CREATE INDEX IF NOT EXISTS ` + waiters + `_name ON ` + waiters + ` (name, seq)`,
 		// A fair waiter that leaves while the lock is held (the one just
 		// granted it, or one that gave up) wakes nobody: those behind it
-		// wait for the holder's release, which notifies. A release
-		// notifies only when a plain waiter marked the row (wanted) or
-		// a fair waiter queues for its name.
+		// wait for the holder's release, which notifies.
 		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-	IF TG_OP = 'UPDATE' THEN
-		-- OLD is a lease row only here: PL/pgSQL does not short-circuit.
-		IF NOT OLD.wanted AND NOT EXISTS (SELECT 1 FROM ` + waiters + ` w WHERE w.name = OLD.name) THEN
-			RETURN NULL;
-		END IF;
-	END IF;
 	IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM ` + locks + ` l WHERE l.name = OLD.name
 		AND l.owner <> '' AND l.holds > 0 AND l.expires_at > ` + pgNow + `) THEN
 		RETURN NULL;

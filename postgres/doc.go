@@ -80,7 +80,7 @@
 // While held: one lease row (and, in session mode, the advisory lock of
 // the holder's connection). While waited on: the row, plus one waiter row
 // per fair waiter (refreshed while it waits; a dead waiter's row expires
-// after the waiter timeout); a plain waiter marks the row (wanted).
+// after the waiter timeout); plain waiters keep nothing in the database.
 // After release: the free row, until its last lease would have run out,
 // so that the name's next acquisition updates it in place; then the next
 // sweep deletes it. A holder that died leaves its row until it expires; then
@@ -101,8 +101,7 @@
 // # Waking
 //
 // A trigger on the tables NOTIFYs the channel named after the lease table
-// whenever a lock that a plain waiter marked, or a fair waiter queues
-// for, is freed, or a fair waiter leaves a lock that is not held
+// whenever a lock is freed or a fair waiter leaves a lock that is not held
 // (one leaving a held lock wakes nobody: the release will). While a Backend has
 // waiters, one connection LISTENs on it (a separate connection for
 // [Open], one taken from the pool for [New] and [NewPool]); waiters also

@@ -188,26 +188,10 @@ func (e *Engine) attemptOrLook(ctx context.Context, req dlock.Request) (g dlock.
 		if g, ok, err = e.attempt(ctx, &e.pool, req, NoSeq); err != nil || ok {
 			return err
 		}
-		if req.Wait && !req.Fair {
-			if err := e.want(ctx, req.Name); err != nil {
-				return err
-			}
-		}
 		s, err = e.state(ctx, &e.pool, req.Name)
 		return err
 	})
 	return g, ok, s, err
-}
-
-// want marks name's lock as wanted by a plain waiter (see Dialect.Want),
-// before the look that decides whether the waiter sleeps. Fair waiters
-// need no mark: their queue rows are what the release looks for.
-func (e *Engine) want(ctx context.Context, name string) error {
-	if e.q.want == "" {
-		return nil
-	}
-	_, err := e.pool.ExecContext(ctx, e.q.want, name)
-	return err
 }
 
 // Acquire makes one attempt to grant req; see [dlock.Backend]. It is one

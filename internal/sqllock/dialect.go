@@ -118,18 +118,6 @@ type Dialect struct {
 	// free row, as without it.
 	KeepFreed bool
 
-	// Want, if set, is the statement (args: name) that a plain waiter runs
-	// before each look at the lock's state: it marks the lease row of a
-	// held lock as wanted, so that the release that frees it notifies the
-	// waiters of other processes (a release of a row nobody marks, and no
-	// fair waiter queues for, notifies nobody). ReleaseSet clears the mark
-	// when the row is freed. The mark is committed before the look, so a
-	// release either comes after it (and notifies) or is seen by the look.
-	Want string
-	// ReleaseSet is appended to the release's SET list (with a leading
-	// comma); it reads the row as it was (alias l).
-	ReleaseSet string
-
 	// DeleteFreed says that Reclaim's triggers do not delete a freed
 	// row (MySQL): a release first tries to delete the row (its last hold,
 	// no waiter rows) and, if that matched nothing, updates it as usual.

@@ -41,8 +41,6 @@ type statements struct {
 	// sweepIdle (Dialect.KeepFreed): none. sweep for the rows whose lease
 	// has run out only.
 	sweepIdle string
-	// want (Dialect.Want): name.
-	want string
 	// sweepWaiters: none. Deletes up to SweepBatch expired waiter rows of
 	// dlock's.
 	sweepWaiters string
@@ -138,7 +136,7 @@ func (s *statements) holdStatements(d Dialect, rebind func(string) string) {
 	// owner is assigned before holds for MySQL's sake (see set).
 	release := `UPDATE {L} AS l SET
 	owner = CASE WHEN l.holds <= 1 THEN '' ELSE l.owner END,
-	holds = l.holds - 1` + d.ReleaseSet + `
+	holds = l.holds - 1
 WHERE l.name = ? AND l.owner = ? AND l.token = ? AND l.holds > 0 AND l.expires_at > {NOW}` + FenceFirstSQL(d)
 	if d.Returning {
 		release += `
@@ -177,9 +175,6 @@ func (s *statements) sweepStatements(d Dialect, rebind func(string) string) {
 	s.releaseDelete = rebind(`DELETE FROM {L} WHERE name = ? AND owner = ? AND token = ? AND holds = 1 AND expires_at > {NOW}
 	AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = {L}.name)`)
 	s.lockBucket = rebind(LockBucketSQL(d))
-	if d.Want != "" {
-		s.want = rebind(d.Want)
-	}
 	s.lockFence = rebind(`SELECT bucket FROM {F} ORDER BY bucket FOR UPDATE`)
 	freeIf := func(l, cond string) string {
 		return RowOK(d, l) + ` AND (` + cond + `)

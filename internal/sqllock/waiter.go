@@ -257,14 +257,7 @@ func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, erro
 	}
 	at := time.Now()
 	sctx, done := w.e.seeThrough(ctx)
-	var err error
-	if !w.fair {
-		err = w.e.want(sctx, w.req.Name)
-	}
-	var s lockState
-	if err == nil {
-		s, err = w.e.state(sctx, &w.e.pool, w.req.Name) // see Engine.retry
-	}
+	s, err := w.e.state(sctx, &w.e.pool, w.req.Name) // see Engine.retry
 	err = done(err)
 	if err == nil {
 		w.e.local.cache(w.req.Name, gen, s, at)
