@@ -24,11 +24,12 @@ import (
 // transaction-level advisory lock, so that processes that start at once
 // do not race on the catalog.
 var pgDialect = sqllock.Dialect{
-	Name:      "postgres",
-	Rebind:    rebindDollar,
-	Now:       pgNow,
-	Max:       "GREATEST",
-	Returning: true,
+	Name:        "postgres",
+	Rebind:      rebindDollar,
+	Now:         pgNow,
+	Max:         "GREATEST",
+	Returning:   true,
+	WritableCTE: true,
 	// A statement whose server stopped answering is given up on.
 	Interruptible:    true,
 	ConcurrentWrites: true,
@@ -134,14 +135,27 @@ func postgresSchema(locks, waiters string) []string {
 		`CREATE INDEX IF NOT EXISTS ` + waiters + `_name ON ` + waiters + ` (name, seq)`,
 		// A fair waiter that leaves while the lock is held (the one just
 		// granted it, or one that gave up) wakes nobody: those behind it
-		// wait for the holder's release, which notifies.
+		// wait for the holder's release, which notifies. The payload is
+		// the sequence of the first live fair waiter of the name, whose
+		// turn it is (only its process acts on it), or '' when none is
+		// queued (every waiter looks); a row that is not dlock's (see
+		// the engine's waiterOK, as in its state) is nobody's turn.
 		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+	n TEXT COLLATE "C"; -- as the name columns
 BEGIN
-	IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM ` + locks + ` l WHERE l.name = OLD.name
+	IF TG_OP = 'DELETE' THEN
+		n := OLD.name;
+	ELSE
+		n := NEW.name;
+	END IF;
+	IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM ` + locks + ` l WHERE l.name = n
 		AND l.owner <> '' AND l.holds > 0 AND l.expires_at > ` + pgNow + `) THEN
 		RETURN NULL;
 	END IF;
-	PERFORM pg_notify('` + ch + `', '');
+	PERFORM pg_notify('` + ch + `', COALESCE((SELECT w.seq::text FROM ` + waiters + ` w
+		WHERE w.name = n AND w.expires_at > ` + pgNow + ` AND w.owner <> '' AND w.expires_at >= 0
+		ORDER BY w.seq LIMIT 1), ''));
 	RETURN NULL;
 END
 $f$`,

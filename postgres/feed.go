@@ -11,12 +11,15 @@ import (
 
 // listenFeed is a [sqllock.Feed] on LISTEN: one connection outside the
 // engine's pool LISTENs on the lease table's channel while there are
-// waiters, and every notification (a lock freed, a fair waiter gone) wakes
-// them all. A lost listening connection wakes them too (they then look
-// for themselves) and is replaced after reconnectDelay.
+// waiters. A notification (a lock freed, a fair waiter gone) names the
+// first live fair waiter queued for the lock, which alone is woken, or
+// nobody when none is queued, which wakes them all. A lost listening
+// connection wakes them too (they then look for themselves) and is
+// replaced after reconnectDelay.
 type listenFeed struct {
 	acquire func(context.Context) (*pgx.Conn, func(), error)
 	channel string
+	feed    *sqllock.WatchFeed // whose Notice gets each notification's payload
 }
 
 // reconnectDelay is the pause between attempts to (re)establish the
@@ -28,7 +31,8 @@ const listenConnectTimeout = 10 * time.Second
 
 func newListenFeed(channel string, acquire func(context.Context) (*pgx.Conn, func(), error)) *sqllock.WatchFeed {
 	f := &listenFeed{acquire: acquire, channel: channel}
-	return sqllock.NewWatchFeed(f.run)
+	f.feed = sqllock.NewWatchFeed(f.run)
+	return f.feed
 }
 
 // run listens until ctx is done. It is ready once it LISTENs (every
@@ -38,7 +42,7 @@ func newListenFeed(channel string, acquire func(context.Context) (*pgx.Conn, fun
 func (f *listenFeed) run(ctx context.Context, ready, changed func()) {
 	first := true
 	for ctx.Err() == nil {
-		f.listen(ctx, changed, func() {
+		f.listen(ctx, func() {
 			if !first {
 				// Notifications sent while no connection listened
 				// are lost: let the waiters look.
@@ -60,8 +64,10 @@ func (f *listenFeed) run(ctx context.Context, ready, changed func()) {
 }
 
 // listen opens a connection, LISTENs, calls listening, and reports each
-// notification to changed until the connection fails or ctx is done.
-func (f *listenFeed) listen(ctx context.Context, changed, listening func()) error {
+// notification's payload to the feed's Notice (which wakes the fair
+// waiter it names, or every waiter) until the connection fails or ctx is
+// done.
+func (f *listenFeed) listen(ctx context.Context, listening func()) error {
 	cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
 	conn, release, err := f.acquire(cctx)
 	if err != nil {
@@ -76,9 +82,10 @@ func (f *listenFeed) listen(ctx context.Context, changed, listening func()) erro
 	}
 	listening()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		changed()
+		f.feed.Notice(n.Payload)
 	}
 }

@@ -60,6 +60,12 @@ type Dialect struct {
 	// engine runs a transaction where one statement would do.
 	Returning bool
 
+	// WritableCTE says the database runs an INSERT and a DELETE in the
+	// WITH clause of one statement (PostgreSQL): a fair waiter's grant
+	// and the removal of its queue row are then one statement, not a
+	// transaction of four round trips. It requires Returning.
+	WritableCTE bool
+
 	// Begin starts a transaction that writes. It must take the write lock
 	// at once where the database would otherwise fail a later upgrade from
 	// reading to writing (SQLite: "BEGIN IMMEDIATE").

@@ -3,6 +3,8 @@ package sqllock
 import (
 	"context"
 	"database/sql"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock/internal/dur"
@@ -35,6 +37,7 @@ type Subscription interface {
 // last, and Close waits for it.
 type WatchFeed struct {
 	relay *notify.Relay
+	turn  atomic.Pointer[func(seq int64)] // Local.turn of the Local it serves
 }
 
 // NewWatchFeed returns a WatchFeed that runs watch until its ctx is done.
@@ -56,6 +59,26 @@ func (f *WatchFeed) Subscribe(ctx context.Context) (Subscription, error) {
 	}
 	return s, nil
 }
+
+// Notice reports a change whose notification carried payload. A payload
+// that is a decimal sequence number names the fair waiter whose turn it
+// is (the first live one queued for the lock that was freed): only that
+// waiter, if it is in this process, is woken, and the other waiters, who
+// could not take the lock before it, sleep on (see Local.turn). Any
+// other payload (an empty one: no fair waiter is queued) wakes every
+// waiter, as a change does.
+func (f *WatchFeed) Notice(payload string) {
+	if seq, err := strconv.ParseInt(payload, 10, 64); err == nil {
+		if turn := f.turn.Load(); turn != nil {
+			(*turn)(seq)
+			return
+		}
+	}
+	f.relay.Broadcast()
+}
+
+// setTurn makes Notice hand the turns it is told of to turn.
+func (f *WatchFeed) setTurn(turn func(seq int64)) { f.turn.Store(&turn) }
 
 // Close stops the watcher and waits for it.
 func (f *WatchFeed) Close() error {

@@ -21,9 +21,13 @@ import (
 //     While a baton is out, the other plain waiters of the name do not try
 //     on their own. Changes made by other processes reach every waiter
 //     through the Feed.
+//   - The fair waiters of this process by queue sequence, so that a Feed
+//     notice naming the fair waiter whose turn it is wakes that one only
+//     (see turn).
 //   - The last look at each name's state in the Feed's current generation:
 //     every waiter woken by one change needs a look taken after the
-//     change, and one look serves them all.
+//     change, and one look serves them all. A turn told by the Feed
+//     starts a new epoch, in which no earlier look is served.
 //   - Write locks that serialize this process's writing statements, so
 //     that they queue in Go instead of in the database: one for all names
 //     where the database has one writer (SQLite, whose busy handler
@@ -36,6 +40,8 @@ type Local struct {
 
 	mu      sync.Mutex
 	names   map[string]*nameState
+	bySeq   map[int64]*slot       // the fair waiters by queue sequence
+	epoch   uint64                // turns told so far; see cachedLook
 	writers map[string]*writeLock // by name; "" is the lock for all names
 }
 
@@ -52,11 +58,14 @@ type nameState struct {
 }
 
 // cachedLook is a look at a lock's state taken in the feed generation gen
-// (nil without a Feed), at the local time at.
+// (nil without a Feed) and the Local's epoch, at the local time at. A
+// turn (see Local.turn) changes the lock's state without a new
+// generation, so a look is served only in the epoch it was taken in.
 type cachedLook struct {
-	gen <-chan struct{}
-	s   lockState
-	at  time.Time
+	gen   <-chan struct{}
+	epoch uint64
+	s     lockState
+	at    time.Time
 }
 
 // slot is one waiter's registration.
@@ -67,12 +76,17 @@ type slot struct {
 	ch     chan struct{} // closed when the waiter is woken
 	woken  bool          // ch is closed and the waiter has not tried since
 	trying bool          // the waiter's attempt is in flight
+	turn   bool          // fair: woken by a turn, to try without a look
 }
 
 // NewLocal returns a Local for one store, with feed (nil: none). Close
 // closes the feed.
 func NewLocal(feed Feed) *Local {
-	return &Local{feed: feed, names: make(map[string]*nameState), writers: make(map[string]*writeLock)}
+	l := &Local{feed: feed, names: make(map[string]*nameState), bySeq: make(map[int64]*slot), writers: make(map[string]*writeLock)}
+	if t, ok := feed.(interface{ setTurn(func(int64)) }); ok {
+		t.setTurn(l.turn)
+	}
+	return l
 }
 
 // Close closes the feed.
@@ -158,6 +172,9 @@ func (l *Local) register(name string, fair bool, seq int64) *slot {
 	defer l.mu.Unlock()
 	n := l.name(name)
 	n.slots = append(n.slots, s)
+	if fair {
+		l.bySeq[seq] = s
+	}
 	return s
 }
 
@@ -173,6 +190,9 @@ func (l *Local) unregister(s *slot) {
 	if i := slices.Index(n.slots, s); i >= 0 {
 		n.slots = slices.Delete(n.slots, i, i+1)
 	}
+	if s.fair && l.bySeq[s.seq] == s {
+		delete(l.bySeq, s.seq)
+	}
 	if len(n.slots) == 0 {
 		delete(l.names, s.name)
 		return
@@ -187,7 +207,11 @@ func (l *Local) unregister(s *slot) {
 func (l *Local) setSeq(s *slot, seq int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.bySeq[s.seq] == s {
+		delete(l.bySeq, s.seq)
+	}
 	s.seq = seq
+	l.bySeq[seq] = s
 }
 
 // changed returns the channel that wakes s.
@@ -208,7 +232,44 @@ func (l *Local) consume(s *slot, trying bool) <-chan struct{} {
 		s.trying = trying
 		s.ch = make(chan struct{})
 	}
+	s.turn = false
 	return s.ch
+}
+
+// turn is told by the Feed that a lock was freed (or its queue changed)
+// and that it is the turn of the fair waiter with queue sequence seq, the
+// only one that can take it now. If that waiter is in this process, it is
+// woken to try at once, without a look; no other waiter is woken. Every
+// cached look may now be stale, so a new epoch starts.
+func (l *Local) turn(seq int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.epoch++
+	s := l.bySeq[seq]
+	if s == nil {
+		return
+	}
+	s.turn = true
+	if !s.woken {
+		s.woken = true
+		close(s.ch)
+	}
+}
+
+// takeTurn reports whether s, woken, was woken by a turn, and clears it.
+func (l *Local) takeTurn(s *slot) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := s.turn
+	s.turn = false
+	return t
+}
+
+// epochNow returns the current epoch; see cachedLook.
+func (l *Local) epochNow() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
 }
 
 // tried ends the attempt that consume(s, true) began.
@@ -288,7 +349,7 @@ func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := l.names[name]
-	if n == nil || n.look == nil || n.look.gen != gen {
+	if n == nil || n.look == nil || n.look.gen != gen || n.look.epoch != l.epoch {
 		return lockState{}, false
 	}
 	s := n.look.s
@@ -307,16 +368,17 @@ func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
 	return s, true
 }
 
-// cache keeps a look at name taken in the feed generation gen, at local
-// time at (taken before the read).
-func (l *Local) cache(name string, gen <-chan struct{}, s lockState, at time.Time) {
+// cache keeps a look at name taken in the feed generation gen and the
+// epoch, at local time at (both taken before the read). A look taken in
+// an earlier epoch is not kept.
+func (l *Local) cache(name string, gen <-chan struct{}, epoch uint64, s lockState, at time.Time) {
 	if gen == nil && l.feed != nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n := l.names[name]; n != nil {
-		n.look = &cachedLook{gen: gen, s: s, at: at}
+	if n := l.names[name]; n != nil && epoch == l.epoch {
+		n.look = &cachedLook{gen: gen, epoch: epoch, s: s, at: at}
 	}
 }
 

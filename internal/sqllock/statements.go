@@ -22,6 +22,9 @@ type statements struct {
 	update string
 	// granted (no Returning): name. Returns token, holds.
 	granted string
+	// grantDequeue (WritableCTE): upsert's, then seq. The upsert, and
+	// the deletion of the queue row seq if it granted; returns as upsert.
+	grantDequeue string
 
 	// release: name, owner, token. With Returning it returns holds.
 	release string
@@ -116,12 +119,18 @@ func newStatements(d Dialect, table string) statements {
 // grantStatements are those of an attempt: the upsert (or ensure and
 // update) and the read of the grant.
 func (s *statements) grantStatements(d Dialect, rebind func(string) string) {
-	s.upsert = rebind(`INSERT INTO {L} AS l (name, owner, holds, token, expires_at)
+	upsert := `INSERT INTO {L} AS l (name, owner, holds, token, expires_at)
 ` + NewRowSQL(d) + `
 ON CONFLICT (name) DO UPDATE SET
 	` + SetSQL + `
 WHERE ` + CondSQL + `
-RETURNING token, holds`)
+RETURNING token, holds`
+	s.upsert = rebind(upsert)
+	if d.WritableCTE {
+		s.grantDequeue = rebind(`WITH g AS (` + upsert + `),
+	d AS (DELETE FROM {W} WHERE seq = ? AND EXISTS (SELECT 1 FROM g))
+SELECT token, holds FROM g`)
+	}
 	s.ensure = rebind(d.InsertIgnore + ` {L} (name, owner, holds, token, expires_at)
 SELECT ?, '', 0, f.mark, 0 FROM {F} f WHERE f.bucket = ` + d.Bucket("?") + `
 	AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = ? AND w.seq < ? AND w.expires_at > {NOW})`)

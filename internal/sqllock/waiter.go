@@ -224,8 +224,9 @@ func (w *waiter) sleep(ctx context.Context, d time.Duration, local, remote <-cha
 	defer t.Stop()
 	select {
 	case <-local:
-		// This waiter and no other was woken; see Local.
-		return !w.fair, nil
+		// This waiter and no other was woken; see Local. A fair waiter
+		// looks whether it is its turn, unless the Feed said it is.
+		return !w.fair || w.e.local.takeTurn(w.slot), nil
 	case <-remote:
 	case <-t.C:
 	case <-ctx.Done():
@@ -255,12 +256,12 @@ func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, erro
 	if s, ok := w.e.local.cached(w.req.Name, gen); ok {
 		return s, nil
 	}
-	at := time.Now()
+	at, epoch := time.Now(), w.e.local.epochNow()
 	sctx, done := w.e.seeThrough(ctx)
 	s, err := w.e.state(sctx, &w.e.pool, w.req.Name) // see Engine.retry
 	err = done(err)
 	if err == nil {
-		w.e.local.cache(w.req.Name, gen, s, at)
+		w.e.local.cache(w.req.Name, gen, epoch, s, at)
 	}
 	return s, err
 }
@@ -332,6 +333,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		return dlock.Grant{}, err
 	}
 	local, remote := w.channels(true)
+	epoch := w.e.local.epochNow()
 	if !w.fair {
 		at := time.Now()
 		g, s, err := w.e.try(ctx, w.req)
@@ -340,31 +342,13 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		case err == nil:
 			w.end()
 		case errors.Is(err, dlock.ErrNotAcquired):
-			w.e.local.cache(w.req.Name, remote, s, at)
+			w.e.local.cache(w.req.Name, remote, epoch, s, at)
 			w.pending = &pendingLook{s: s, local: local, remote: remote}
 		}
 		return g, err
 	}
-	var (
-		g  dlock.Grant
-		ok bool
-		s  lockState
-	)
 	sent := time.Now()
-	err := w.e.writeName(ctx, w.req.Name, func(ctx context.Context) error {
-		return w.e.tx(ctx, func(c *sql.Conn) error {
-			var err error
-			if g, ok, err = w.e.attempt(ctx, c, w.req, w.seq); err != nil {
-				return err
-			}
-			if ok {
-				_, err = c.ExecContext(ctx, w.e.q.dequeue, w.seq)
-				return err
-			}
-			s, err = w.e.state(ctx, c, w.req.Name)
-			return err
-		})
-	})
+	g, ok, s, err := w.fairAttempt(ctx)
 	if err != nil {
 		return dlock.Grant{}, w.e.wrap(err)
 	}
@@ -373,9 +357,43 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		w.end()
 		return g, nil
 	}
-	w.e.local.cache(w.req.Name, remote, s, sent)
+	w.e.local.cache(w.req.Name, remote, epoch, s, sent)
 	w.pending = &pendingLook{s: s, local: local, remote: remote}
 	return dlock.Grant{}, w.e.refusal(w.req.Name, s, w.req.Owner, w.seq)
+}
+
+// fairAttempt makes the fair waiter's attempt and, when it is granted,
+// removes its queue row, in one statement where the dialect has
+// WritableCTE, else in one transaction; when it is refused, it reads the
+// lock's state.
+func (w *waiter) fairAttempt(ctx context.Context) (g dlock.Grant, ok bool, s lockState, err error) {
+	err = w.e.writeName(ctx, w.req.Name, func(ctx context.Context) error {
+		if w.e.q.grantDequeue == "" {
+			return w.e.tx(ctx, func(c *sql.Conn) error {
+				var err error
+				if g, ok, err = w.e.attempt(ctx, c, w.req, w.seq); err != nil {
+					return err
+				}
+				if ok {
+					_, err = c.ExecContext(ctx, w.e.q.dequeue, w.seq)
+					return err
+				}
+				s, err = w.e.state(ctx, c, w.req.Name)
+				return err
+			})
+		}
+		ttl := ttlMillis(w.req.TTL)
+		args := append(NewRowArgs(w.req.Name, w.req.Owner, ttl, w.seq), SetArgs(w.req.Owner, ttl)...)
+		args = append(args, CondArgs(w.req.Owner, w.req.Name, w.seq)...)
+		args = append(args, w.seq)
+		var err error
+		if ok, err = queryOne(ctx, &w.e.pool, w.e.q.grantDequeue, args, &g.Token, &g.Count); err != nil || ok {
+			return err
+		}
+		s, err = w.e.state(ctx, &w.e.pool, w.req.Name)
+		return err
+	})
+	return g, ok, s, err
 }
 
 // Cancel withdraws the waiter: a fair waiter deletes its queue row at once

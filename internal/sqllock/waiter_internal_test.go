@@ -60,12 +60,80 @@ func TestCachedLookGoesStale(t *testing.T) {
 		{"queue, row run out", lockState{head: 3, queueTTL: time.Second / 2}, false},
 		{"free, no queue", lockState{head: NoSeq}, true},
 	} {
-		l.cache("n", gen, c.s, past)
+		l.cache("n", gen, l.epochNow(), c.s, past)
 		if _, ok := l.cached("n", gen); ok != c.fresh {
 			t.Errorf("%s: cached look served %v, want %v", c.what, ok, c.fresh)
 		}
 		if _, ok := l.cached("n", make(chan struct{})); ok {
 			t.Errorf("%s: a look of another feed generation was served", c.what)
 		}
+	}
+}
+
+// TestTurn: a turn told by the Feed wakes the fair waiter it names, and
+// no other, to try without a look; and, named here or not, it makes every
+// cached look stale, since the lock it names changed.
+func TestTurn(t *testing.T) {
+	l := NewLocal(nopFeed{})
+	a := l.register("n", true, 7)
+	defer l.unregister(a)
+	b := l.register("n", true, 9)
+	defer l.unregister(b)
+	p := l.register("n", false, NoSeq)
+	defer l.unregister(p)
+	gen := make(chan struct{})
+	free := lockState{head: NoSeq}
+	cacheAndTurn := func(seq int64) {
+		t.Helper()
+		l.cache("n", gen, l.epochNow(), free, time.Now())
+		if _, ok := l.cached("n", gen); !ok {
+			t.Fatal("a fresh look was not served")
+		}
+		l.turn(seq)
+		if _, ok := l.cached("n", gen); ok {
+			t.Errorf("turn(%d): a look taken before it was served", seq)
+		}
+	}
+	chA, chB, chP := l.changed(a), l.changed(b), l.changed(p)
+	cacheAndTurn(9)
+	if !isClosed(chB) || !l.takeTurn(b) {
+		t.Error("turn(9) did not wake waiter 9 to try")
+	}
+	if isClosed(chA) || isClosed(chP) || l.takeTurn(a) {
+		t.Error("turn(9) woke another waiter")
+	}
+	cacheAndTurn(8) // not in this process
+	if isClosed(chA) || isClosed(chP) {
+		t.Error("turn(8) woke a waiter")
+	}
+	epoch := l.epochNow()
+	l.turn(7)
+	l.cache("n", gen, epoch, free, time.Now())
+	if _, ok := l.cached("n", gen); ok {
+		t.Error("a look taken before a turn was kept")
+	}
+	if !isClosed(chA) || !l.takeTurn(a) || l.takeTurn(a) {
+		t.Error("turn(7) did not wake waiter 7 to try, once")
+	}
+	// A waiter that queued again is told its turns under its new sequence.
+	l.consume(a, false)
+	l.setSeq(a, 11)
+	chA = l.changed(a)
+	l.turn(7)
+	if isClosed(chA) {
+		t.Error("a turn of a waiter's old sequence woke it")
+	}
+	l.turn(11)
+	if !isClosed(chA) {
+		t.Error("a turn of a waiter's new sequence did not wake it")
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
