@@ -26,12 +26,19 @@ type listenFeed struct {
 // listening connection; waiters are woken at each failed attempt.
 const reconnectDelay = 100 * time.Millisecond
 
-// connectTimeout bounds one attempt to open the listening connection.
+// listenConnectTimeout bounds one attempt to open the listening connection.
 const listenConnectTimeout = 10 * time.Second
+
+// listenLinger is how long the listening connection stays after the last
+// waiter leaves: a process that waits again soon (each contended
+// acquisition) then needs no new connection and LISTEN before it can be
+// woken, which cost tens of milliseconds per hand-off.
+const listenLinger = 2 * time.Second
 
 func newListenFeed(channel string, acquire func(context.Context) (*pgx.Conn, func(), error)) *sqllock.WatchFeed {
 	f := &listenFeed{acquire: acquire, channel: channel}
 	f.feed = sqllock.NewWatchFeed(f.run)
+	f.feed.Linger(listenLinger)
 	return f.feed
 }
 

@@ -134,3 +134,39 @@ func TestRelaySubscribeWaitsForReady(t *testing.T) {
 	}
 	eventually(t, "the watcher stopped once its subscriber left", func() bool { return p.running.Load() == 0 })
 }
+
+// TestRelayLinger: with Linger, a subscriber that comes back within it
+// finds the same watcher running; the watcher stops once the linger
+// passes with nobody subscribed, and Close ends it during a linger.
+func TestRelayLinger(t *testing.T) {
+	p := &relayProbe{ready: true}
+	r := NewRelay(p.watch)
+	r.Linger(200 * time.Millisecond)
+	ctx := context.Background()
+	for range 5 {
+		s, err := r.Subscribe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	if n := p.runs.Load(); n != 1 {
+		t.Errorf("%d runs for subscribers within the linger, want 1", n)
+	}
+	if p.running.Load() != 1 {
+		t.Error("the watcher stopped at once despite the linger")
+	}
+	eventually(t, "the watcher stopped after the linger", func() bool { return p.running.Load() == 0 })
+	s, err := r.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	r.Close()
+	if p.running.Load() != 0 {
+		t.Error("Close returned with a lingering watcher running")
+	}
+	if n := p.overlaps.Load(); n != 0 {
+		t.Errorf("%d runs overlapped the previous one", n)
+	}
+}

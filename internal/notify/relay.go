@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 )
@@ -13,14 +14,16 @@ import (
 // it (by its context), and a new run starts only once the previous one has
 // returned, so that two runs never hold the same resource.
 type Relay struct {
-	watch func(ctx context.Context, ready func())
-	gen   Broadcast
+	watch  func(ctx context.Context, ready func())
+	gen    Broadcast
+	linger time.Duration // how long the watcher outlives its last subscriber
 
 	mu     sync.Mutex
 	subs   int
 	stop   context.CancelFunc // stops the running watcher; nil when none runs
 	done   chan struct{}      // closed when the last watcher started has returned
 	ready  chan struct{}      // closed when the running watcher called ready (or returned)
+	idle   *time.Timer        // stops a watcher left without subscribers, after linger
 	closed bool
 }
 
@@ -31,6 +34,12 @@ type Relay struct {
 func NewRelay(watch func(ctx context.Context, ready func())) *Relay {
 	return &Relay{watch: watch}
 }
+
+// Linger keeps the watcher running for d after its last subscriber
+// leaves, so that a waiter that comes back soon (the next contended
+// acquisition) finds it ready instead of waiting for a new connection and
+// its LISTEN. Call it before the first Subscribe.
+func (r *Relay) Linger(d time.Duration) { r.linger = d }
 
 // Subscription is a subscriber of a [Relay].
 type Subscription struct {
@@ -55,6 +64,10 @@ func (r *Relay) Subscribe(ctx context.Context) (*Subscription, error) {
 		return nil, dlock.ErrClosed
 	}
 	r.subs++
+	if r.idle != nil {
+		r.idle.Stop()
+		r.idle = nil
+	}
 	if r.stop == nil {
 		prev := r.done
 		wctx, cancel := context.WithCancel(context.Background())
@@ -80,6 +93,10 @@ func (r *Relay) Broadcast() { r.gen.Broadcast() }
 func (r *Relay) Close() {
 	r.mu.Lock()
 	r.closed = true
+	if r.idle != nil {
+		r.idle.Stop()
+		r.idle = nil
+	}
 	if r.stop != nil {
 		r.stop()
 		r.stop = nil
@@ -96,6 +113,22 @@ func (r *Relay) unsubscribe() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.subs--
+	if r.subs != 0 || r.stop == nil {
+		return
+	}
+	if r.linger > 0 {
+		r.idle = time.AfterFunc(r.linger, r.stopIdle)
+		return
+	}
+	r.stop()
+	r.stop = nil
+}
+
+// stopIdle stops the watcher if it still has no subscriber when its
+// linger is over.
+func (r *Relay) stopIdle() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.subs == 0 && r.stop != nil {
 		r.stop()
 		r.stop = nil

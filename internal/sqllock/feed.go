@@ -50,6 +50,10 @@ func NewWatchFeed(watch func(ctx context.Context, ready, changed func())) *Watch
 	return f
 }
 
+// Linger keeps the watcher running for d after the last waiter leaves
+// (see [notify.Relay.Linger]). Call it before the first Subscribe.
+func (f *WatchFeed) Linger(d time.Duration) { f.relay.Linger(d) }
+
 // Subscribe registers a waiter, starting the watcher if it is the first,
 // and returns once the watcher is ready.
 func (f *WatchFeed) Subscribe(ctx context.Context) (Subscription, error) {
