@@ -43,9 +43,6 @@ var pgDialect = sqllock.Dialect{
 	MarkLock:   "FOR SHARE OF f",
 	FenceFirst: true,
 	Reclaim:    postgresReclaim,
-	// A freed row stays for the name's next acquisition (an UPDATE, which
-	// PostgreSQL makes in place: no index entry, no dead row to vacuum).
-	KeepFreed: true,
 }
 
 // pgNow is the database's clock in milliseconds since the Unix epoch.
@@ -60,10 +57,10 @@ func pgBucket(name string) string {
 	return "(get_byte(sha256(convert_to(" + name + ", 'UTF8')), 0) % " + strconv.Itoa(pgBuckets) + ")"
 }
 
-// postgresReclaim creates the fence table and its trigger: a deleted
-// row of dlock's raises its bucket's mark to its token. It drops the
-// trigger of earlier versions that deleted a row freed by an UPDATE (see
-// Dialect.KeepFreed).
+// postgresReclaim creates the fence table and its triggers: a deleted
+// row of dlock's raises its bucket's mark to its token, and a row freed
+// by an UPDATE with no waiter rows for its name is deleted (at the end of
+// that statement, in its transaction).
 func postgresReclaim(locks, waiters, fence string) []string {
 	fn := locks + "_fence"
 	rc := locks + "_reclaim"
@@ -80,15 +77,25 @@ BEGIN
 	RETURN NULL;
 END
 $f$`,
+		`CREATE OR REPLACE FUNCTION ` + rc + `() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM ` + waiters + ` w WHERE w.name = NEW.name) THEN
+		DELETE FROM ` + locks + ` WHERE name = NEW.name AND owner = '' AND holds = 0;
+	END IF;
+	RETURN NULL;
+END
+$f$`,
 		`DO $d$
 BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = '` + strings.ToLower(fn) + `') THEN
 		CREATE TRIGGER ` + fn + ` AFTER DELETE ON ` + locks + ` FOR EACH ROW EXECUTE FUNCTION ` + fn + `();
 	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = '` + strings.ToLower(rc) + `') THEN
+		CREATE TRIGGER ` + rc + ` AFTER UPDATE ON ` + locks + ` FOR EACH ROW
+			WHEN (OLD.owner <> '' AND NEW.owner = '' AND NEW.holds = 0) EXECUTE FUNCTION ` + rc + `();
+	END IF;
 END
 $d$`,
-		`DROP TRIGGER IF EXISTS ` + rc + ` ON ` + locks,
-		`DROP FUNCTION IF EXISTS ` + rc + `()`,
 	}
 }
 

@@ -41,8 +41,7 @@
 // A trigger NOTIFYs the lease table's channel when a lock is freed; while a
 // Backend has waiters one connection LISTENs, and waiters also wake when
 // the holder's lease has passed by the database's clock: nobody polls. A
-// freed row stays until its last lease would have run out, so the name's
-// next acquisition updates it in place; one operation in 64 sweeps expired
+// release deletes the freed row, and one operation in 64 sweeps expired
 // rows ([Backend.Reclaim] sweeps at once).
 //
 // # Session mode

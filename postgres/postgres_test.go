@@ -312,9 +312,8 @@ func TestURL(t *testing.T) {
 		l.Unlock(ctx)
 		c.Close()
 	}
-	// Released, the name's row is free: it stays for the name's next
-	// acquisition until its lease would have run out (KeepFreed).
-	rows, err := srv.Query(ctx, "test", `SELECT count(*) FROM url_locks WHERE owner <> '' OR holds <> 0`)
+	// Released, the name keeps no row.
+	rows, err := srv.Query(ctx, "test", `SELECT count(*) FROM url_locks`)
 	if err != nil || rows[0][0] != "0" {
 		t.Fatalf("url_locks after release: %v %v", rows, err)
 	}
@@ -343,7 +342,7 @@ func TestMigrateConcurrent(t *testing.T) {
 		}
 	}
 	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM pg_trigger WHERE tgname IN ('mig_locks_freed', 'mig_locks_waiters_left', 'mig_locks_fence')`).Scan(&n); err != nil || n != 3 {
+	if err := db.QueryRow(`SELECT count(*) FROM pg_trigger WHERE tgname IN ('mig_locks_freed', 'mig_locks_waiters_left', 'mig_locks_fence', 'mig_locks_reclaim')`).Scan(&n); err != nil || n != 4 {
 		t.Errorf("triggers: %d, %v", n, err)
 	}
 }

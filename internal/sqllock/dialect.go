@@ -115,15 +115,6 @@ type Dialect struct {
 	// has its name is deleted. They must be idempotent.
 	Reclaim func(locks, waiters, fence string) []string
 
-	// KeepFreed says that a release leaves its freed row in place (no
-	// trigger deletes it), so that the next acquisition of the name is an
-	// UPDATE of that row rather than an INSERT and the release an UPDATE
-	// rather than a DELETE. The periodic sweep (see SweepEvery) then
-	// deletes only rows whose lease has run out: a freed row stays at
-	// most until its last lease would have expired. Reclaim deletes every
-	// free row, as without it.
-	KeepFreed bool
-
 	// DeleteFreed says that Reclaim's triggers do not delete a freed
 	// row (MySQL): a release first tries to delete the row (its last hold,
 	// no waiter rows) and, if that matched nothing, updates it as usual.

@@ -19,27 +19,21 @@ func (e *Engine) maybeSweep(ctx context.Context) {
 	if e.ops.Add(1)%SweepEvery != 0 && !e.backlog.Load() {
 		return
 	}
-	n, err := e.sweep(ctx, true)
+	n, err := e.sweep(ctx)
 	e.backlog.Store(err == nil && n >= SweepBatch)
 }
 
 // sweep deletes up to SweepBatch expired waiter rows and up to SweepBatch
 // reclaimable lease rows, and returns how many lease rows it deleted. A
 // deleted row's token is kept by the fence trigger in the same statement.
-// periodic says that it is the sweep of the engine's operations, which
-// under Dialect.KeepFreed leaves the rows whose lease has not run out.
-func (e *Engine) sweep(ctx context.Context, periodic bool) (int64, error) {
-	sq := e.q.sweep
-	if periodic && e.q.sweepIdle != "" {
-		sq = e.q.sweepIdle
-	}
+func (e *Engine) sweep(ctx context.Context) (int64, error) {
 	var n int64
 	err := e.write(ctx, func(ctx context.Context) error {
 		if _, err := e.pool.ExecContext(ctx, e.q.sweepWaiters); err != nil {
 			return err
 		}
 		del := func(q querier) error {
-			res, err := q.ExecContext(ctx, sq)
+			res, err := q.ExecContext(ctx, e.q.sweep)
 			if err != nil {
 				return err
 			}
@@ -71,7 +65,7 @@ func (e *Engine) Reclaim(ctx context.Context) (int, error) {
 	}
 	total := 0
 	for {
-		n, err := e.sweep(ctx, false)
+		n, err := e.sweep(ctx)
 		total += int(n)
 		if err != nil || n < SweepBatch {
 			return total, err

@@ -41,9 +41,6 @@ type statements struct {
 	lockBucket string
 	// lockFence (FenceTx): none. Locks every fence row.
 	lockFence string
-	// sweepIdle (Dialect.KeepFreed): none. sweep for the rows whose lease
-	// has run out only.
-	sweepIdle string
 	// sweepWaiters: none. Deletes up to SweepBatch expired waiter rows of
 	// dlock's.
 	sweepWaiters string
@@ -185,16 +182,9 @@ func (s *statements) sweepStatements(d Dialect, rebind func(string) string) {
 	AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = {L}.name)`)
 	s.lockBucket = rebind(LockBucketSQL(d))
 	s.lockFence = rebind(`SELECT bucket FROM {F} ORDER BY bucket FOR UPDATE`)
-	freeIf := func(l, cond string) string {
-		return RowOK(d, l) + ` AND (` + cond + `)
+	free := func(l string) string {
+		return RowOK(d, l) + ` AND (` + l + `.owner = '' OR ` + l + `.expires_at <= {NOW})
 	AND NOT EXISTS (SELECT 1 FROM {W} w WHERE w.name = ` + l + `.name)`
-	}
-	free := func(l string) string { return freeIf(l, l+`.owner = '' OR `+l+`.expires_at <= {NOW}`) }
-	if d.KeepFreed {
-		idle := func(l string) string { return freeIf(l, l+`.expires_at <= {NOW}`) }
-		s.sweepIdle = rebind(`DELETE FROM {L} AS l WHERE l.name IN (SELECT s.name FROM (SELECT l.name FROM {L} l WHERE ` + idle("l") +
-			` LIMIT ` + strconv.Itoa(SweepBatch) + `) s)
-	AND ` + idle("l") + FenceFirstSQL(d))
 	}
 	if d.DeleteLimit {
 		s.sweep = rebind(`DELETE FROM {L} WHERE ` + free("{L}") + ` LIMIT ` + strconv.Itoa(SweepBatch))
