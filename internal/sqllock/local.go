@@ -66,6 +66,7 @@ type cachedLook struct {
 	epoch uint64
 	s     lockState
 	at    time.Time
+	by    *slot // the waiter that took it; nil for others
 }
 
 // slot is one waiter's registration.
@@ -340,9 +341,12 @@ func (l *Local) wakeLocked(n *nameState) {
 const pollShare = 20 * time.Millisecond
 
 // cached returns the look at name taken in the feed generation gen (or,
-// without a Feed, less than pollShare ago), with its remaining times
-// brought up to now, if there is one.
-func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
+// without a Feed, less than pollShare ago by another waiter than by), with
+// its remaining times brought up to now, if there is one. Without a Feed a
+// waiter's own look never stands in for its next one: its own schedule
+// says when it looks again, and a fair waiter's is how fast it notices a
+// release.
+func (l *Local) cached(name string, gen <-chan struct{}, by *slot) (lockState, bool) {
 	if gen == nil && l.feed != nil {
 		return lockState{}, false // not subscribed yet: no generation
 	}
@@ -354,7 +358,7 @@ func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
 	}
 	s := n.look.s
 	age := time.Since(n.look.at)
-	if l.feed == nil && age >= pollShare {
+	if l.feed == nil && (age >= pollShare || by != nil && n.look.by == by) {
 		return lockState{}, false
 	}
 	s.remaining -= age
@@ -368,17 +372,17 @@ func (l *Local) cached(name string, gen <-chan struct{}) (lockState, bool) {
 	return s, true
 }
 
-// cache keeps a look at name taken in the feed generation gen and the
-// epoch, at local time at (both taken before the read). A look taken in
-// an earlier epoch is not kept.
-func (l *Local) cache(name string, gen <-chan struct{}, epoch uint64, s lockState, at time.Time) {
+// cache keeps a look at name taken by the waiter by (nil: not a waiter)
+// in the feed generation gen and the epoch, at local time at (both taken
+// before the read). A look taken in an earlier epoch is not kept.
+func (l *Local) cache(name string, by *slot, gen <-chan struct{}, epoch uint64, s lockState, at time.Time) {
 	if gen == nil && l.feed != nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n := l.names[name]; n != nil && epoch == l.epoch {
-		n.look = &cachedLook{gen: gen, epoch: epoch, s: s, at: at}
+		n.look = &cachedLook{gen: gen, epoch: epoch, s: s, at: at, by: by}
 	}
 }
 

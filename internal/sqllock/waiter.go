@@ -19,16 +19,16 @@ const (
 )
 
 // fairDelay is how long a fair waiter waits, without a Feed, before it
-// looks again, having waited for waited so far: 1/20 of that, between
-// fallbackMin and fallbackMax. Only the head of the queue can take the
-// lock when it frees, and nothing announces the release (or its own turn)
-// to it, so the time it takes to notice is the hand-off to the next
-// holder: by this schedule that delay stays a small part of the wait (a
-// waiter that has waited 200 ms notices within 10 ms, where doubling would
-// look every 100 ms), for about 40 more looks than doubling in the first 2
-// s of a wait, and the same looks after.
-func fairDelay(waited time.Duration) time.Duration {
-	return min(max(waited/20, fallbackMin), fallbackMax)
+// looks again, when the lock's holder and queue head have not changed for
+// still: 1/20 of that, between fallbackMin and fallbackMax. Only the head
+// of the queue can take the lock when it frees, and nothing announces the
+// release (or its own turn) to it, so the time it takes to notice is the
+// hand-off to the next holder: by this schedule that delay stays a small
+// part of the holds it waits behind (behind holds of 200 ms it notices
+// within 10 ms, where doubling would look every 100 ms), while a lock that
+// stays held long is looked at every fallbackMax.
+func fairDelay(still time.Duration) time.Duration {
+	return min(max(still/20, fallbackMin), fallbackMax)
 }
 
 // waiter is a waiting acquisition: a fair one has a row in the waiters
@@ -43,6 +43,12 @@ type waiter struct {
 	sub   Subscription // from the first Wait on; nil without a Feed
 	since time.Time    // when the waiter was made
 	ended bool
+
+	// The holder's token and the queue head of the last look, and since
+	// when the looks have seen them (see fairDelay).
+	seenToken uint64
+	seenHead  int64
+	seenSince time.Time
 
 	// pending is the look at the state right after the last refused
 	// attempt, with the channels taken before that attempt: the next Wait
@@ -65,6 +71,7 @@ func (e *Engine) newWaiter(req dlock.Request, seq int64, sent time.Time) *waiter
 		slot:  e.local.register(req.Name, seq != NoSeq, seq),
 		since: time.Now(),
 	}
+	w.seenSince = w.since
 	if w.fair {
 		e.beats.set(w, seq, sent)
 	}
@@ -208,12 +215,21 @@ func (w *waiter) bound(s lockState, fallback *time.Duration) (d time.Duration, r
 	}
 	if w.sub == nil {
 		if w.fair {
-			*fallback = fairDelay(time.Since(w.since))
+			*fallback = fairDelay(w.still(s))
 		}
 		bound = min(bound, *fallback)
 		*fallback = min(*fallback*2, fallbackMax)
 	}
 	return max(bound, 0), false
+}
+
+// still returns how long the looks have seen the holder and queue head of
+// s.
+func (w *waiter) still(s lockState) time.Duration {
+	if s.token != w.seenToken || s.head != w.seenHead {
+		w.seenToken, w.seenHead, w.seenSince = s.token, s.head, time.Now()
+	}
+	return time.Since(w.seenSince)
 }
 
 // sleep waits up to d for a wake-up. try reports that Wait should return
@@ -242,7 +258,7 @@ func (w *waiter) sleep(ctx context.Context, d time.Duration, local, remote <-cha
 // (see writeName), so that a herd woken at once reads the state once, on
 // one connection, rather than each on its own.
 func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, error) {
-	if s, ok := w.e.local.cached(w.req.Name, gen); ok {
+	if s, ok := w.e.local.cached(w.req.Name, gen, w.slot); ok {
 		return s, nil
 	}
 	key := lookKey(w.req.Name)
@@ -253,7 +269,7 @@ func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, erro
 		return lockState{}, err
 	}
 	defer w.e.local.unlockWrite(key)
-	if s, ok := w.e.local.cached(w.req.Name, gen); ok {
+	if s, ok := w.e.local.cached(w.req.Name, gen, w.slot); ok {
 		return s, nil
 	}
 	at, epoch := time.Now(), w.e.local.epochNow()
@@ -261,7 +277,7 @@ func (w *waiter) look(ctx context.Context, gen <-chan struct{}) (lockState, erro
 	s, err := w.e.state(sctx, &w.e.pool, w.req.Name) // see Engine.retry
 	err = done(err)
 	if err == nil {
-		w.e.local.cache(w.req.Name, gen, epoch, s, at)
+		w.e.local.cache(w.req.Name, w.slot, gen, epoch, s, at)
 	}
 	return s, err
 }
@@ -342,7 +358,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		case err == nil:
 			w.end()
 		case errors.Is(err, dlock.ErrNotAcquired):
-			w.e.local.cache(w.req.Name, remote, epoch, s, at)
+			w.e.local.cache(w.req.Name, w.slot, remote, epoch, s, at)
 			w.pending = &pendingLook{s: s, local: local, remote: remote}
 		}
 		return g, err
@@ -357,7 +373,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		w.end()
 		return g, nil
 	}
-	w.e.local.cache(w.req.Name, remote, epoch, s, sent)
+	w.e.local.cache(w.req.Name, w.slot, remote, epoch, s, sent)
 	w.pending = &pendingLook{s: s, local: local, remote: remote}
 	return dlock.Grant{}, w.e.refusal(w.req.Name, s, w.req.Owner, w.seq)
 }

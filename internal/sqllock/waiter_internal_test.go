@@ -60,11 +60,11 @@ func TestCachedLookGoesStale(t *testing.T) {
 		{"queue, row run out", lockState{head: 3, queueTTL: time.Second / 2}, false},
 		{"free, no queue", lockState{head: NoSeq}, true},
 	} {
-		l.cache("n", gen, l.epochNow(), c.s, past)
-		if _, ok := l.cached("n", gen); ok != c.fresh {
+		l.cache("n", nil, gen, l.epochNow(), c.s, past)
+		if _, ok := l.cached("n", gen, nil); ok != c.fresh {
 			t.Errorf("%s: cached look served %v, want %v", c.what, ok, c.fresh)
 		}
-		if _, ok := l.cached("n", make(chan struct{})); ok {
+		if _, ok := l.cached("n", make(chan struct{}), nil); ok {
 			t.Errorf("%s: a look of another feed generation was served", c.what)
 		}
 	}
@@ -85,12 +85,12 @@ func TestTurn(t *testing.T) {
 	free := lockState{head: NoSeq}
 	cacheAndTurn := func(seq int64) {
 		t.Helper()
-		l.cache("n", gen, l.epochNow(), free, time.Now())
-		if _, ok := l.cached("n", gen); !ok {
+		l.cache("n", nil, gen, l.epochNow(), free, time.Now())
+		if _, ok := l.cached("n", gen, nil); !ok {
 			t.Fatal("a fresh look was not served")
 		}
 		l.turn(seq)
-		if _, ok := l.cached("n", gen); ok {
+		if _, ok := l.cached("n", gen, nil); ok {
 			t.Errorf("turn(%d): a look taken before it was served", seq)
 		}
 	}
@@ -108,8 +108,8 @@ func TestTurn(t *testing.T) {
 	}
 	epoch := l.epochNow()
 	l.turn(7)
-	l.cache("n", gen, epoch, free, time.Now())
-	if _, ok := l.cached("n", gen); ok {
+	l.cache("n", nil, gen, epoch, free, time.Now())
+	if _, ok := l.cached("n", gen, nil); ok {
 		t.Error("a look taken before a turn was kept")
 	}
 	if !isClosed(chA) || !l.takeTurn(a) || l.takeTurn(a) {
