@@ -228,7 +228,14 @@ func (a *acquisition) answer(n int, tr *clientv3.TxnResponse, h *handle) (result
 			return result{err: foreignError(holder, why)}, final
 		}
 		if decode(holder).Owner == a.req.Owner {
-			g, err := a.b.reenter(a.ctx, a.req, holder, a.need)
+			drop := ""
+			if a.req.Wait {
+				drop = h.key // enqueued by this attempt
+			}
+			g, err := a.b.reenter(a.ctx, a.req, holder, a.need, drop)
+			if err == nil && drop != "" {
+				a.clean = true
+			}
 			if errors.Is(err, errHolderChanged) && n < 10 {
 				a.lastErr = err
 				return result{}, retry
@@ -315,15 +322,22 @@ func (b *Backend) confirmAsync(ctx context.Context, id clientv3.LeaseID) chan ke
 var errHolderChanged = errors.New("etcd: the holder changed")
 
 // reenter adds a hold to the holder's key, whose owner is req.Owner, and
-// makes sure its lease lives for at least need seconds from now.
-func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.KeyValue, need int64) (dlock.Grant, error) {
+// makes sure its lease lives for at least need seconds from now. The same
+// transaction deletes the key drop ("": none), which the acquisition
+// enqueued: left for later, it would sit in the queue after the Lock
+// returned, and become the lowest key if the holder let go first.
+func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.KeyValue, need int64, drop string) (dlock.Grant, error) {
 	key := string(kv.Key)
 	v := decode(kv)
 	checked := b.listed.epoch()
+	ops := []clientv3.Op{clientv3.OpPut(key, encode(req.Owner, v.Holds+1), clientv3.WithIgnoreLease())}
+	if drop != "" {
+		ops = append(ops, clientv3.OpDelete(drop))
+	}
 	tr, err := b.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
 			clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-		Then(clientv3.OpPut(key, encode(req.Owner, v.Holds+1), clientv3.WithIgnoreLease())).
+		Then(ops...).
 		Commit()
 	if err != nil {
 		return dlock.Grant{}, wrap(ctx, "re-entering", err)
