@@ -12,7 +12,8 @@ import (
 // BenchmarkScriptCPU measures the server CPU time (INFO cpu, user and
 // system) per call of the acquire and release scripts on the common path (a
 // lock in use, free, no queue; the acquire script also with ClockTokens),
-// and of bsm/redislock's scripts (v0.9.4) as a yardstick. The calls go in
+// and of bsm/redislock's scripts (v0.9.4) as a yardstick, and of a script
+// that does nothing (see the baselines below). The calls go in
 // pipelines of 500, so that the server's network and event-loop work is
 // shared out and the figures are mostly the scripts' own; CPU time, unlike BenchmarkServerCost's usec_per_call, does
 // not count the time the server waits for a CPU on a busy machine.
@@ -33,11 +34,25 @@ func BenchmarkScriptCPU(b *testing.B) {
 	pacq, prel := scriptCPU(b, c, "redislock", RedislockObtain, RedislockRelease, 1,
 		func(int) []any { return []any{value, 22, 30000} },
 		func(any) []any { return []any{value} })
+	// Baselines: a script that does nothing, called as the bench module's
+	// floor calls it (one key, one argument) and with the acquire and
+	// release scripts' keys and arguments. The first is the floor's server
+	// cost per call; the gap to the second is what the arguments cost, and
+	// the gap from the second to the scripts is their commands' work.
+	nop := "return 1"
+	floorAcq, floorRel := scriptCPU(b, c, "nop-floor", nop, nop, 1,
+		func(int) []any { return []any{value} },
+		func(any) []any { return []any{value} })
+	argsAcq, argsRel := scriptCPU(b, c, "nop-args", nop, nop, 4,
+		func(i int) []any { return []any{owner, 30000, "0123456789abcdef-" + strconv.Itoa(i), modeWait, 10000} },
+		func(any) []any { return []any{owner, "1764300000000000", "0123456789abcdef"} })
 	b.ReportMetric(acq, "acquire-cpu-µs/call")
 	b.ReportMetric(rel, "release-cpu-µs/call")
 	b.ReportMetric(clockAcq, "acquire-clock-cpu-µs/call")
 	b.ReportMetric(pacq, "redislock-obtain-cpu-µs/call")
 	b.ReportMetric(prel, "redislock-release-cpu-µs/call")
+	b.ReportMetric((floorAcq+floorRel)/2, "nop-floor-cpu-µs/call")
+	b.ReportMetric((argsAcq+argsRel)/2, "nop-dlock-args-cpu-µs/call")
 }
 
 // RedislockObtain and RedislockRelease are bsm/redislock's scripts
