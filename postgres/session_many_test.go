@@ -50,6 +50,7 @@ func manyClients(t *testing.T, dsn, name string, opts []dlock.Option) {
 		defer c.Close()
 		cs[i] = c
 	}
+	start := time.Now()
 	var (
 		inside, grants atomic.Int64
 		wg             sync.WaitGroup
@@ -78,6 +79,7 @@ func manyClients(t *testing.T, dsn, name string, opts []dlock.Option) {
 		}()
 	}
 	wg.Wait()
+	t.Logf("%d grants in %v", grants.Load(), time.Since(start))
 	if n := grants.Load(); n != clients*rounds {
 		t.Errorf("%d grants, want %d", n, clients*rounds)
 	}
