@@ -180,8 +180,8 @@ func unpack(id int64) dlock.Grant {
 // information_schema.PROCESSLIST: MariaDB 10.11.19 crashed (signal 11 in
 // ha_maria::drop_table, freeing the query's temporary table) under
 // concurrent queries of it in the tests.
-func myQueued(ctx context.Context, db *sql.DB, info sqllock.ConnInfo, _ any) (bool, error) {
-	rows, err := db.QueryContext(ctx, `SHOW PROCESSLIST`)
+func myQueued(ctx context.Context, c *sql.Conn, info sqllock.ConnInfo, _ any) (bool, error) {
+	rows, err := c.QueryContext(ctx, `SHOW PROCESSLIST`)
 	if err != nil {
 		return false, err
 	}

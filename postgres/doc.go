@@ -52,7 +52,9 @@
 // deadline. PostgreSQL's lock queue makes [dlock.Fair] hold without the
 // waiters table, a connection ended by the server is reported lost within
 // about 100 ms, and each held lock and each name waited for takes a
-// connection: size max_connections for it.
+// connection (and nothing else while it waits: a fair waiter takes a
+// second one only until the server has queued it): size max_connections
+// for it.
 //
 // # Schema
 //

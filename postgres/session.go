@@ -177,10 +177,10 @@ func pgKeyParts(key any) (int64, int64) {
 	return int64(k >> 32), int64(k & 0xffffffff)
 }
 
-func pgQueued(ctx context.Context, db *sql.DB, info sqllock.ConnInfo, key any) (bool, error) {
+func pgQueued(ctx context.Context, c *sql.Conn, info sqllock.ConnInfo, key any) (bool, error) {
 	hi, lo := pgKeyParts(key)
 	var ok bool
-	err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = $1
+	err := c.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = $1
 	AND classid = $2::bigint::oid AND objid = $3::bigint::oid AND objsubid = 1)`, info.ID, hi, lo).Scan(&ok)
 	return ok, err
 }

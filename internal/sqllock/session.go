@@ -51,8 +51,8 @@ type SessionDialect struct {
 	Lock func(ctx context.Context, c *sql.Conn, key any, ttl int64) error
 
 	// Queued reports whether the connection info waits for (or holds) the
-	// advisory lock key, asked on another connection of db.
-	Queued func(ctx context.Context, db *sql.DB, info ConnInfo, key any) (bool, error)
+	// advisory lock key, asked on another connection, c.
+	Queued func(ctx context.Context, c *sql.Conn, info ConnInfo, key any) (bool, error)
 
 	// Renew extends h to ttl from now if c still holds the advisory lock
 	// and h still holds the row, in one statement; it reports whether it

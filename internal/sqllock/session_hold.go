@@ -150,10 +150,6 @@ func (s *Sessions) Close() error {
 	for _, se := range s.held {
 		held = append(held, se)
 	}
-	var ws []func()
-	for _, interrupt := range s.waiting {
-		ws = append(ws, interrupt)
-	}
 	s.report = nil
 	s.mu.Unlock()
 	for _, se := range held {
@@ -162,9 +158,28 @@ func (s *Sessions) Close() error {
 	// The waiters' Lock statements end; their owners' Cancel closes
 	// their connections (the Client cancels its waiters before it closes
 	// the backend).
-	for _, interrupt := range ws {
-		interrupt()
-	}
+	s.stopLocks()
 	s.bg.Wait()
 	return s.e.Close()
+}
+
+// stopLocks interrupts the Lock statements in flight until none is left:
+// an interrupt that reached the server before its statement stops
+// nothing (see sessionWaiter.stopLock).
+func (s *Sessions) stopLocks() {
+	for {
+		s.mu.Lock()
+		var ws []func()
+		for _, interrupt := range s.waiting {
+			ws = append(ws, interrupt)
+		}
+		s.mu.Unlock()
+		if len(ws) == 0 {
+			return
+		}
+		for _, interrupt := range ws {
+			interrupt()
+		}
+		time.Sleep(lockRetry)
+	}
 }

@@ -98,7 +98,9 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		s.e.local.forget(w.req.Name)
 		return s.newSession(w.req, w.key, c, w.info, g, sent)
 	}
-	st, err := s.e.state(ctx, &s.e.pool, w.req.Name)
+	// On the waiter's connection, free until the Lock statement starts:
+	// a connection of the pool would stay idle beside it.
+	st, err := s.e.state(ctx, w.c, w.req.Name)
 	if err != nil {
 		return dlock.Grant{}, s.e.wrap(err)
 	}
@@ -148,9 +150,10 @@ func (w *sessionWaiter) prepare(ctx context.Context) error {
 	return nil
 }
 
-// startLock starts the Lock statement on c and returns once the server
-// has queued it (or it finished), so that waiters queue in the order of
-// their Acquire calls.
+// startLock starts the Lock statement on c. For a fair request it returns
+// once the server has queued it (or it finished), so that fair waiters
+// queue in the order of their Acquire calls; the order of other waiters
+// does not matter, and they return at once.
 func (w *sessionWaiter) startLock(ctx context.Context) error {
 	s := w.s
 	if w.info.ID == 0 && s.d.ConnID != nil {
@@ -179,6 +182,26 @@ func (w *sessionWaiter) startLock(ctx context.Context) error {
 		s.mu.Unlock()
 		ch <- err
 	}()
+	if !w.req.Fair {
+		return nil
+	}
+	return w.awaitQueued(ctx)
+}
+
+// awaitQueued returns once the Lock statement in flight is queued in the
+// server or has finished. It asks on a connection of its own, which it
+// closes afterwards rather than leave idle in the pool: a waiting process
+// already holds one connection for its Lock statement, and a second one
+// per process would exhaust the server's connections with many processes
+// waiting for one name.
+func (w *sessionWaiter) awaitQueued(ctx context.Context) error {
+	s, ch := w.s, w.lockCh
+	var side *sql.Conn
+	defer func() {
+		if side != nil {
+			s.discard(side)
+		}
+	}()
 	delay := 500 * time.Microsecond
 	for {
 		select {
@@ -187,7 +210,14 @@ func (w *sessionWaiter) startLock(ctx context.Context) error {
 			return nil
 		default:
 		}
-		ok, err := s.d.Queued(ctx, s.db, w.info, key)
+		if side == nil {
+			c, err := s.db.Conn(ctx)
+			if err != nil {
+				return s.e.wrap(err)
+			}
+			side = c
+		}
+		ok, err := s.d.Queued(ctx, side, w.info, w.key)
 		if err != nil {
 			return s.e.wrap(err)
 		}
@@ -208,6 +238,28 @@ func (w *sessionWaiter) startLock(ctx context.Context) error {
 		delay = min(2*delay, 20*time.Millisecond)
 	}
 }
+
+// stopLock interrupts the Lock statement in flight and waits for it to
+// end. The interrupt goes out again every lockRetry until it does: one
+// that reached the server before the statement (a non-fair wait is not
+// seen queued) finds nothing to stop.
+func (w *sessionWaiter) stopLock() {
+	for {
+		w.s.interrupt(w.info)
+		t := time.NewTimer(lockRetry)
+		select {
+		case <-w.lockCh:
+			t.Stop()
+			w.lockCh = nil
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lockRetry is how long stopLock waits for an interrupted Lock statement
+// to end before it sends the interrupt again.
+const lockRetry = 50 * time.Millisecond
 
 // Wait waits in the server for the advisory lock (the Lock statement that
 // the refused attempt started), or, when the connection holds it but the
@@ -318,9 +370,7 @@ func (w *sessionWaiter) close() error {
 	}
 	if w.lockCh != nil {
 		w.interrupted = true
-		s.interrupt(w.info)
-		<-w.lockCh
-		w.lockCh = nil
+		w.stopLock()
 		w.locked = true // it may have been granted at the same moment
 	}
 	c := w.c
