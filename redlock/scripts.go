@@ -199,23 +199,31 @@ return {1, ARGV[7], 1, gid}
 `)
 
 // acquireFast is the acquire script's common case, ahead of its
-// definitions: a request that is not fair, for a lock without a hash
-// (free, promised to nobody) and without a fair queue, whose fence key
-// holds a token below the proposal. It grants in EXISTS, SET … GET (the
-// proposal goes to the fence key as the old value comes back), TIME, HSET
-// and PEXPIREAT, with the reply and the keys the full script would leave.
-// Anything else (a fair request, which joins the queue, a stale proposal,
-// or foreign data) puts the fence key back as it was, in the same script,
-// and falls through to the full script.
+// definitions: a request for a lock without a hash (free, promised to
+// nobody) and without a fair queue, whose fence key holds a token below
+// the proposal. It grants in EXISTS, SET … GET (the proposal goes to the
+// fence key as the old value comes back), TIME, HSET and PEXPIREAT, with
+// the reply and the keys the full script would leave: a fair waiter also
+// becomes the whole fair queue, as it would join it there. Anything else
+// (a stale proposal, or foreign data) puts the fence key back as it was,
+// in the same script, and falls through to the full script.
 var acquireFast = `
-if ARGV[4] ~= 'f' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
   local old = redis.call('SET', KEYS[#KEYS], ARGV[7], 'KEEPTTL', 'GET')
   local hw = tonumber(old or '0')
   if ` + redisconn.TokenLua("hw") + ` and hw < tonumber(ARGV[7]) then
     local t = redis.call('TIME')
-    local x = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    local x = now + tonumber(ARGV[2])
     redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', 1, 'g', ARGV[3], 'x', x, 'f', ARGV[7])
     redis.call('PEXPIREAT', KEYS[1], x)
+    if ARGV[4] == 'f' then
+      local dl = now + tonumber(ARGV[6])
+      redis.call('ZADD', KEYS[2], ARGV[5], ARGV[8])
+      redis.call('ZADD', KEYS[3], dl, ARGV[8])
+      redis.call('PEXPIREAT', KEYS[2], dl + 1000)
+      redis.call('PEXPIREAT', KEYS[3], dl + 1000)
+    end
     return {1, ARGV[7], 1, ARGV[3]}
   end
   ` + restoreFenceLua + `
@@ -429,29 +437,40 @@ return {1, 0}
 `)
 
 // releaseFast is the release script's common case, ahead of its
-// definitions: the hold's last release with nobody queued and nothing
-// promised. Its outcome is the full script's (the fence key raised to the
-// fence and the floor, the hash dropped) in EXISTS, HMGET, TIME, SET … GET
-// and DEL. It sends no notice: a waiter that saw the lock held on this
-// master joined one of its queues in the same script (see acquireScript),
-// so with both queues gone no waiter needs to hear of this master. A fence
-// key that does not hold a token is put back as it was and the full script
-// reports it.
+// definitions: the hold's last release with nobody queued but, in the fair
+// queue, the releasing waiter itself, and nothing promised. Its outcome is
+// the full script's (the waiter out of the fair queue, the fence key
+// raised to the fence and the floor, the hash dropped) in EXISTS, HMGET,
+// TIME, SET … GET and DEL, and EXISTS, ZCARD, ZSCORE and two ZREMs for a
+// waiter in the fair queue. It sends no notice: a waiter that saw the lock
+// held on this master joined one of its queues in the same script (see
+// acquireScript), so with both queues empty no waiter needs to hear of
+// this master. Anything else, or a fence key that does not hold a token
+// (put back as it was, before any other write), falls through to the full
+// script.
 var releaseFast = `
-if redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then
+local nq = redis.call('EXISTS', KEYS[2], KEYS[4])
+if nq == 0 or nq == 1 and ARGV[5] ~= '' and redis.call('EXISTS', KEYS[4]) == 0 then
   local c = redis.call('HMGET', KEYS[1], 'o', 'n', 'g', 'x', 'f', 'p')
   if c[1] == ARGV[1] and c[2] == '1' and not c[6] and (ARGV[2] ~= '' and c[5] == ARGV[2] or c[3] == ARGV[3]) then
     local t = redis.call('TIME')
     if (tonumber(c[4]) or 0) > t[1] * 1000 + math.floor(t[2] / 1000) then
-      local v = math.max(tonumber(ARGV[6]) or 0, tonumber(c[5]) or 0)
-      local old = redis.call('SET', KEYS[#KEYS], string.format('%.0f', v), 'KEEPTTL', 'GET')
-      local hw = tonumber(old or '0')
-      if ` + redisconn.TokenLua("hw") + ` then
-        if hw > v then redis.call('SET', KEYS[#KEYS], old, 'KEEPTTL') end
-        redis.call('DEL', KEYS[1])
-        return {1, 0}
+      -- A waiter in the fair queue releases fast only if it is alone there.
+      if nq == 0 or redis.call('ZCARD', KEYS[2]) == 1 and redis.call('ZSCORE', KEYS[2], ARGV[5]) then
+        local v = math.max(tonumber(ARGV[6]) or 0, tonumber(c[5]) or 0)
+        local old = redis.call('SET', KEYS[#KEYS], string.format('%.0f', v), 'KEEPTTL', 'GET')
+        local hw = tonumber(old or '0')
+        if ` + redisconn.TokenLua("hw") + ` then
+          if hw > v then redis.call('SET', KEYS[#KEYS], old, 'KEEPTTL') end
+          if nq == 1 then
+            redis.call('ZREM', KEYS[2], ARGV[5])
+            redis.call('ZREM', KEYS[3], ARGV[5])
+          end
+          redis.call('DEL', KEYS[1])
+          return {1, 0}
+        end
+        ` + restoreFenceLua + `
       end
-      ` + restoreFenceLua + `
     end
   end
 end
