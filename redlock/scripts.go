@@ -361,8 +361,9 @@ var releaseScript = newScript(releaseFast + notifySource + stateSource + `
 if bad then return bad end
 local queued = {}
 local wasHead = false
+-- (nfair and nwait are releaseFast's counts: nothing wrote since.)
+queued[2], queued[4] = nfair > 0, nwait == 1
 for k = 2, 4, 2 do
-  queued[k] = redis.call('EXISTS', KEYS[k]) == 1
   if queued[k] and ARGV[5] ~= '' then
     if k == 2 then
       wasHead = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[5]
@@ -440,29 +441,29 @@ return {1, 0}
 // definitions: the hold's last release with nobody queued but, in the fair
 // queue, the releasing waiter itself, and nothing promised. Its outcome is
 // the full script's (the waiter out of the fair queue, the fence key
-// raised to the fence and the floor, the hash dropped) in EXISTS, HMGET,
-// TIME, SET … GET and DEL, and EXISTS, ZCARD, ZSCORE and two ZREMs for a
-// waiter in the fair queue. It sends no notice: a waiter that saw the lock
+// raised to the fence and the floor, the hash dropped) in ZCARD, EXISTS,
+// HMGET, TIME, SET … GET and DEL, and ZSCORE and two ZREMs for a waiter in
+// the fair queue. The full script takes the two queue counts from it. It sends no notice: a waiter that saw the lock
 // held on this master joined one of its queues in the same script (see
 // acquireScript), so with both queues empty no waiter needs to hear of
 // this master. Anything else, or a fence key that does not hold a token
 // (put back as it was, before any other write), falls through to the full
 // script.
 var releaseFast = `
-local nq = redis.call('EXISTS', KEYS[2], KEYS[4])
-if nq == 0 or nq == 1 and ARGV[5] ~= '' and redis.call('EXISTS', KEYS[4]) == 0 then
+local nfair, nwait = redis.call('ZCARD', KEYS[2]), redis.call('EXISTS', KEYS[4])
+if nwait == 0 and (nfair == 0 or nfair == 1 and ARGV[5] ~= '') then
   local c = redis.call('HMGET', KEYS[1], 'o', 'n', 'g', 'x', 'f', 'p')
   if c[1] == ARGV[1] and c[2] == '1' and not c[6] and (ARGV[2] ~= '' and c[5] == ARGV[2] or c[3] == ARGV[3]) then
     local t = redis.call('TIME')
     if (tonumber(c[4]) or 0) > t[1] * 1000 + math.floor(t[2] / 1000) then
       -- A waiter in the fair queue releases fast only if it is alone there.
-      if nq == 0 or redis.call('ZCARD', KEYS[2]) == 1 and redis.call('ZSCORE', KEYS[2], ARGV[5]) then
+      if nfair == 0 or redis.call('ZSCORE', KEYS[2], ARGV[5]) then
         local v = math.max(tonumber(ARGV[6]) or 0, tonumber(c[5]) or 0)
         local old = redis.call('SET', KEYS[#KEYS], string.format('%.0f', v), 'KEEPTTL', 'GET')
         local hw = tonumber(old or '0')
         if ` + redisconn.TokenLua("hw") + ` then
           if hw > v then redis.call('SET', KEYS[#KEYS], old, 'KEEPTTL') end
-          if nq == 1 then
+          if nfair == 1 then
             redis.call('ZREM', KEYS[2], ARGV[5])
             redis.call('ZREM', KEYS[3], ARGV[5])
           end
