@@ -441,16 +441,20 @@ return {1, 0}
 // definitions: the hold's last release with nobody queued but, in the fair
 // queue, the releasing waiter itself, and nothing promised. Its outcome is
 // the full script's (the waiter out of the fair queue, the fence key
-// raised to the fence and the floor, the hash dropped) in ZCARD, EXISTS,
-// HMGET, TIME, SET … GET and DEL, and ZSCORE and two ZREMs for a waiter in
-// the fair queue. The full script takes the two queue counts from it. It sends no notice: a waiter that saw the lock
+// raised to the fence and the floor, the hash dropped) in EXISTS, HMGET,
+// TIME, SET … GET and DEL, and ZCARD, EXISTS, ZSCORE and two ZREMs for a
+// waiter in the fair queue. The full script takes the two queue counts
+// from it. It sends no notice: a waiter that saw the lock
 // held on this master joined one of its queues in the same script (see
 // acquireScript), so with both queues empty no waiter needs to hear of
 // this master. Anything else, or a fence key that does not hold a token
 // (put back as it was, before any other write), falls through to the full
 // script.
 var releaseFast = `
-local nfair, nwait = redis.call('ZCARD', KEYS[2]), redis.call('EXISTS', KEYS[4])
+local nfair, nwait = 0, 0
+if redis.call('EXISTS', KEYS[2], KEYS[4]) > 0 then
+  nfair, nwait = redis.call('ZCARD', KEYS[2]), redis.call('EXISTS', KEYS[4])
+end
 if nwait == 0 and (nfair == 0 or nfair == 1 and ARGV[5] ~= '') then
   local c = redis.call('HMGET', KEYS[1], 'o', 'n', 'g', 'x', 'f', 'p')
   if c[1] == ARGV[1] and c[2] == '1' and not c[6] and (ARGV[2] ~= '' and c[5] == ARGV[2] or c[3] == ARGV[3]) then
