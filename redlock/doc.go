@@ -2,7 +2,8 @@
 // Redlock algorithm done so that its assumptions are visible.
 //
 // Make it with [New] on one go-redis client per master that the caller
-// owns, or with [Open] on a comma list of masters. The details of
+// owns, or with [Open] on a comma list of masters (Redis 6.2 or later:
+// the scripts use SET … GET). The details of
 // everything below are in docs/backends/redlock.md,
 // https://github.com/dlock-dev/dlock/blob/main/docs/backends/redlock.md.
 //

@@ -8,15 +8,17 @@ import (
 // notices receives the release notices of one master for all the waiters
 // of a Backend, on one pub/sub connection made with the first waiter (see
 // [notify.Hub]). Each lock with waiters here has two subscriptions: to the
-// lock's channel, where a release that frees it with nobody queued sends
-// an empty notice for every waiter, and to the lock's channel for this
-// Backend, where a release sends a notice that names the waiter that
-// should try (the head of the fair queue, or of the queue of waiters that
-// are not fair) when that waiter is one of this Backend's: only that
-// waiter hears of it, and other processes get nothing. When the last
-// waiter of a lock leaves, its subscriptions linger for a while and are
-// then dropped. So a waiter costs no connection, and usually no SUBSCRIBE
-// either. A lost connection counts as a notice to every waiter.
+// lock's channel, where a release or cancel that finds only waiters whose
+// deadline passed sends an empty notice for every waiter (a release with
+// no queue sends none: a waiter that saw the lock held there joined a
+// queue), and to the lock's channel for this Backend, where a release
+// sends a notice that names the waiter that should try (the head of the
+// fair queue, or of the queue of waiters that are not fair) when that
+// waiter is one of this Backend's: only that waiter hears of it, and
+// other processes get nothing. When the last waiter of a lock leaves, its
+// subscriptions linger for a while and are then dropped. So a waiter costs
+// no connection, and usually no SUBSCRIBE either. A lost connection counts
+// as a notice to every waiter.
 type notices struct {
 	hub    *notify.Hub[*waiter]
 	client redisconn.Subscriber // makes the hub's connections: the master's client, but in tests

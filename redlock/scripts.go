@@ -110,8 +110,8 @@ end
 // its id over its attempts, while each attempt has an acquisition id of its
 // own: the release of one attempt's grants must never match another's.
 //
-// A waiter that is not fair and finds the lock held joins the wait queue,
-// also by ticket: it decides nothing about grants, only which waiter the
+// A waiter that is not fair and finds the lock held, promised to another
+// or behind a fair queue joins the wait queue, also by ticket: it decides nothing about grants, only which waiter the
 // release notice names, so that one waiter tries instead of all of them
 // colliding on the masters.
 var acquireScript = newScript(acquireFast + stateSource + `
@@ -175,7 +175,9 @@ if mode == 'f' or redis.call('EXISTS', q) == 1 then
   head = redis.call('ZRANGE', q, 0, 0)[1]
 end
 local promised = cur[6] and cur[6] ~= qid and (tonumber(cur[7]) or 0) > now
-if (held or promised) and mode == 'w' and qid ~= '' then
+-- A waiter that is not fair queues wherever it cannot have the lock now,
+-- behind a fair queue too: a release with nobody queued sends no notice.
+if (held or promised or head and head ~= qid) and mode == 'w' and qid ~= '' then
   enqueue(KEYS[4], KEYS[5])
 end
 if held then
@@ -197,26 +199,41 @@ return {1, ARGV[7], 1, gid}
 `)
 
 // acquireFast is the acquire script's common case, ahead of its
-// definitions: a request that is not fair, for a lock without a hash
-// (free, promised to nobody) and without a fair queue, whose fence key
-// holds a token below the proposal. It grants in EXISTS, GET, TIME, HSET,
-// SET and PEXPIREAT, with the reply and the keys the full script would
-// leave. Anything else (a fair request, which joins the queue, or foreign
-// data) falls through to the full script.
+// definitions: a request for a lock without a hash (free, promised to
+// nobody) and without a fair queue, whose fence key holds a token below
+// the proposal. It grants in EXISTS, SET … GET (the proposal goes to the
+// fence key as the old value comes back), TIME, HSET and PEXPIREAT, with
+// the reply and the keys the full script would leave: a fair waiter also
+// becomes the whole fair queue, as it would join it there. Anything else
+// (a stale proposal, or foreign data) puts the fence key back as it was,
+// in the same script, and falls through to the full script.
 var acquireFast = `
-if ARGV[4] ~= 'f' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
-  local p = tonumber(ARGV[7])
-  local hw = tonumber(redis.call('GET', KEYS[#KEYS]) or '0')
-  if ` + redisconn.TokenLua("hw") + ` and hw < p then
+if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+  local old = redis.call('SET', KEYS[#KEYS], ARGV[7], 'KEEPTTL', 'GET')
+  local hw = tonumber(old or '0')
+  if ` + redisconn.TokenLua("hw") + ` and hw < tonumber(ARGV[7]) then
     local t = redis.call('TIME')
-    local x = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
+    local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    local x = now + tonumber(ARGV[2])
     redis.call('HSET', KEYS[1], 'o', ARGV[1], 'n', 1, 'g', ARGV[3], 'x', x, 'f', ARGV[7])
-    redis.call('SET', KEYS[#KEYS], ARGV[7])
     redis.call('PEXPIREAT', KEYS[1], x)
+    if ARGV[4] == 'f' then
+      local dl = now + tonumber(ARGV[6])
+      redis.call('ZADD', KEYS[2], ARGV[5], ARGV[8])
+      redis.call('ZADD', KEYS[3], dl, ARGV[8])
+      redis.call('PEXPIREAT', KEYS[2], dl + 1000)
+      redis.call('PEXPIREAT', KEYS[3], dl + 1000)
+    end
     return {1, ARGV[7], 1, ARGV[3]}
   end
+  ` + restoreFenceLua + `
 end
 `
+
+// restoreFenceLua puts the fence key back to old, the value a SET … GET of
+// a fast path read (nil: the key was absent), when the fast path does not
+// apply after all.
+const restoreFenceLua = `if old then redis.call('SET', KEYS[#KEYS], old, 'KEEPTTL') else redis.call('DEL', KEYS[#KEYS]) end`
 
 // fenceScript writes a new grant's token to a master that granted it.
 //
@@ -321,7 +338,8 @@ end
 // waiter, if any, leaves the queues. The notice of a lock that freed
 // names the head of the fair queue, or if there is none the head of the
 // wait queue (after dropping waiters whose deadline passed), or is empty
-// when nobody is queued: only that waiter needs to try. The head of the
+// when the queues held only such waiters: only that waiter needs to try.
+// With no queue at all there is no notice (see releaseFast). The head of the
 // wait queue has the lock promised for the promise time (the node
 // timeout), so that it is not beaten to it by a newcomer that needs no
 // notice, and only then may anyone take it again; a waiter that does not
@@ -343,8 +361,9 @@ var releaseScript = newScript(releaseFast + notifySource + stateSource + `
 if bad then return bad end
 local queued = {}
 local wasHead = false
+-- (nfair and nwait are releaseFast's counts: nothing wrote since.)
+queued[2], queued[4] = nfair > 0, nwait == 1
 for k = 2, 4, 2 do
-  queued[k] = redis.call('EXISTS', KEYS[k]) == 1
   if queued[k] and ARGV[5] ~= '' then
     if k == 2 then
       wasHead = redis.call('ZRANGE', KEYS[2], 0, 0)[1] == ARGV[5]
@@ -419,25 +438,44 @@ return {1, 0}
 `)
 
 // releaseFast is the release script's common case, ahead of its
-// definitions: the hold's last release with nobody queued and nothing
-// promised. Its outcome is the full script's (the fence key raised to the
-// fence and the floor, the hash dropped, an empty notice) in fewer
-// commands; a fence key that does not hold a token falls through to the
-// full script, which reports it.
+// definitions: the hold's last release with nobody queued but, in the fair
+// queue, the releasing waiter itself, and nothing promised. Its outcome is
+// the full script's (the waiter out of the fair queue, the fence key
+// raised to the fence and the floor, the hash dropped) in EXISTS, HMGET,
+// TIME, SET … GET and DEL, and ZCARD, EXISTS, ZSCORE and two ZREMs for a
+// waiter in the fair queue. The full script takes the two queue counts
+// from it. It sends no notice: a waiter that saw the lock
+// held on this master joined one of its queues in the same script (see
+// acquireScript), so with both queues empty no waiter needs to hear of
+// this master. Anything else, or a fence key that does not hold a token
+// (put back as it was, before any other write), falls through to the full
+// script.
 var releaseFast = `
-if redis.call('EXISTS', KEYS[2], KEYS[4]) == 0 then
+local nfair, nwait = 0, 0
+if redis.call('EXISTS', KEYS[2], KEYS[4]) > 0 then
+  nfair, nwait = redis.call('ZCARD', KEYS[2]), redis.call('EXISTS', KEYS[4])
+end
+if nwait == 0 and (nfair == 0 or nfair == 1 and ARGV[5] ~= '') then
   local c = redis.call('HMGET', KEYS[1], 'o', 'n', 'g', 'x', 'f', 'p')
   if c[1] == ARGV[1] and c[2] == '1' and not c[6] and (ARGV[2] ~= '' and c[5] == ARGV[2] or c[3] == ARGV[3]) then
     local t = redis.call('TIME')
-    local now = t[1] * 1000 + math.floor(t[2] / 1000)
-    local fk = KEYS[#KEYS]
-    local hw = tonumber(redis.call('GET', fk) or '0')
-    if (tonumber(c[4]) or 0) > now and ` + redisconn.TokenLua("hw") + ` then
-      local v = math.max(tonumber(ARGV[6]) or 0, tonumber(c[5]) or 0)
-      if v > hw then redis.call('SET', fk, string.format('%.0f', v)) end
-      redis.call('DEL', KEYS[1])
-      redis.call('PUBLISH', ARGV[4], '')
-      return {1, 0}
+    if (tonumber(c[4]) or 0) > t[1] * 1000 + math.floor(t[2] / 1000) then
+      -- A waiter in the fair queue releases fast only if it is alone there.
+      if nfair == 0 or redis.call('ZSCORE', KEYS[2], ARGV[5]) then
+        local v = math.max(tonumber(ARGV[6]) or 0, tonumber(c[5]) or 0)
+        local old = redis.call('SET', KEYS[#KEYS], string.format('%.0f', v), 'KEEPTTL', 'GET')
+        local hw = tonumber(old or '0')
+        if ` + redisconn.TokenLua("hw") + ` then
+          if hw > v then redis.call('SET', KEYS[#KEYS], old, 'KEEPTTL') end
+          if nfair == 1 then
+            redis.call('ZREM', KEYS[2], ARGV[5])
+            redis.call('ZREM', KEYS[3], ARGV[5])
+          end
+          redis.call('DEL', KEYS[1])
+          return {1, 0}
+        end
+        ` + restoreFenceLua + `
+      end
     end
   end
 end
