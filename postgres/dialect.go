@@ -164,9 +164,12 @@ BEGIN
 	END IF;
 	-- Nobody listens: no NOTIFY, whose commit would wait for every
 	-- other notifying commit of the server. The lock is shared with the
-	-- other notifiers, exclusive for a listener that registers.
+	-- other notifiers, exclusive for a listener that registers; the
+	-- table is read after it is granted, which only READ COMMITTED
+	-- does (a snapshot per statement): otherwise notify anyway.
 	PERFORM pg_advisory_xact_lock_shared(` + listenKey(ch) + `);
-	IF NOT EXISTS (SELECT 1 FROM ` + listenersTable(locks) + `) THEN
+	IF current_setting('transaction_isolation') = 'read committed'
+		AND NOT EXISTS (SELECT 1 FROM ` + listenersTable(locks) + `) THEN
 		RETURN NULL;
 	END IF;
 	IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM ` + locks + ` l WHERE l.name = n
