@@ -140,9 +140,15 @@ func postgresSchema(locks, waiters string) []string {
 	expires_at BIGINT NOT NULL
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + waiters + `_name ON ` + waiters + ` (name, seq)`,
-		// A fair waiter that leaves while the lock is held (the one just
-		// granted it, or one that gave up) wakes nobody: those behind it
-		// wait for the holder's release, which notifies. The payload is
+		`CREATE TABLE IF NOT EXISTS ` + listenersTable(locks) + ` (
+	pid     INTEGER NOT NULL PRIMARY KEY,
+	started TIMESTAMPTZ NOT NULL
+)`,
+		// Nothing is sent while no connection listens on the channel
+		// (none has a row in the listeners table: see register). A fair
+		// waiter that leaves while the lock is held (the one just granted
+		// it, or one that gave up) wakes nobody: those behind it wait for
+		// the holder's release, which notifies. The payload is
 		// the sequence of the first live fair waiter of the name, whose
 		// turn it is (only its process acts on it), or '' when none is
 		// queued (every waiter looks); a row that is not dlock's (see
@@ -155,6 +161,16 @@ BEGIN
 		n := OLD.name;
 	ELSE
 		n := NEW.name;
+	END IF;
+	-- Nobody listens: no NOTIFY, whose commit would wait for every
+	-- other notifying commit of the server. The lock is shared with the
+	-- other notifiers, exclusive for a listener that registers; the
+	-- table is read after it is granted, which only READ COMMITTED
+	-- does (a snapshot per statement): otherwise notify anyway.
+	PERFORM pg_advisory_xact_lock_shared(` + listenKey(ch) + `);
+	IF current_setting('transaction_isolation') = 'read committed'
+		AND NOT EXISTS (SELECT 1 FROM ` + listenersTable(locks) + `) THEN
+		RETURN NULL;
 	END IF;
 	IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM ` + locks + ` l WHERE l.name = n
 		AND l.owner <> '' AND l.holds > 0 AND l.expires_at > ` + pgNow + `) THEN

@@ -18,7 +18,7 @@ import (
 // replaced after reconnectDelay.
 type listenFeed struct {
 	acquire func(context.Context) (*pgx.Conn, func(), error)
-	channel string
+	table   string             // the lease table, whose channel it listens on
 	feed    *sqllock.WatchFeed // whose Notice gets each notification's payload
 }
 
@@ -35,8 +35,8 @@ const listenConnectTimeout = 10 * time.Second
 // woken, which cost tens of milliseconds per hand-off.
 const listenLinger = 2 * time.Second
 
-func newListenFeed(channel string, acquire func(context.Context) (*pgx.Conn, func(), error)) *sqllock.WatchFeed {
-	f := &listenFeed{acquire: acquire, channel: channel}
+func newListenFeed(table string, acquire func(context.Context) (*pgx.Conn, func(), error)) *sqllock.WatchFeed {
+	f := &listenFeed{acquire: acquire, table: table}
 	f.feed = sqllock.NewWatchFeed(f.run)
 	f.feed.Linger(listenLinger)
 	return f.feed
@@ -70,7 +70,8 @@ func (f *listenFeed) run(ctx context.Context, ready, changed func()) {
 	}
 }
 
-// listen opens a connection, LISTENs, calls listening, and reports each
+// listen opens a connection, LISTENs, registers it (see register), calls
+// listening, and reports each
 // notification's payload to the feed's Notice (which wakes the fair
 // waiter it names, or every waiter) until the connection fails or ctx is
 // done.
@@ -82,11 +83,15 @@ func (f *listenFeed) listen(ctx context.Context, listening func()) error {
 		return err
 	}
 	defer release()
-	_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{f.channel}.Sanitize())
+	_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{channel(f.table)}.Sanitize())
+	if err == nil {
+		err = register(cctx, conn, f.table)
+	}
 	cancel()
 	if err != nil {
 		return err
 	}
+	defer unregister(conn, f.table)
 	listening()
 	for {
 		n, err := conn.WaitForNotification(ctx)

@@ -197,7 +197,7 @@ func start(ctx context.Context, db *sql.DB, desc string, cfg sqllock.Options,
 	listen func(context.Context) (*pgx.Conn, func(), error), onClose func() error) (*Backend, error) {
 	var feed sqllock.Feed
 	if listen != nil {
-		feed = newListenFeed(channel(cfg.Table), listen)
+		feed = newListenFeed(cfg.Table, listen)
 	}
 	sb, err := sqllock.Start(ctx, cfg, sqllock.Setup{
 		DB: db, Dialect: pgDialect, Desc: desc, Feed: feed, OnClose: onClose,

@@ -74,7 +74,7 @@ func TestMigratePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 3 || rows[0][0] != "pg_jobs" || rows[1][0] != "pg_jobs_fence" || rows[2][0] != "pg_jobs_waiters" {
+	if len(rows) != 4 || rows[0][0] != "pg_jobs" || rows[1][0] != "pg_jobs_fence" || rows[2][0] != "pg_jobs_listeners" || rows[3][0] != "pg_jobs_waiters" {
 		t.Errorf("tables after migrate: %v", rows)
 	}
 }

@@ -193,6 +193,9 @@ func (s *statements) sweepStatements(d Dialect, rebind func(string) string) {
 		s.sweep = rebind(`DELETE FROM {L} AS l WHERE l.name IN (SELECT s.name FROM (SELECT l.name FROM {L} l WHERE ` + free("l") +
 			` LIMIT ` + strconv.Itoa(SweepBatch) + `) s)
 	AND ` + free("l") + FenceFirstSQL(d))
+		if d.FenceFirst {
+			s.sweep = rebind(fencedSweepSQL(d, free))
+		}
 		s.sweepWaiters = rebind(`DELETE FROM {W} WHERE seq IN (SELECT s.seq FROM (SELECT w.seq FROM {W} w WHERE w.expires_at <= {NOW} AND {WOK} LIMIT ` +
 			strconv.Itoa(SweepBatch) + `) s)`)
 	}
@@ -243,6 +246,20 @@ func FenceFirstSQL(d Dialect) string {
 	}
 	return `
 	AND EXISTS (SELECT 1 FROM {F} ff WHERE ff.bucket = ` + d.Bucket("l.name") + ` FOR UPDATE)`
+}
+
+// fencedSweepSQL is the sweep under Dialect.FenceFirst: it locks the
+// fence rows of its batch's names in bucket order before it deletes a
+// row, so that two sweeps, which lock several buckets each, never wait
+// for each other in a cycle (locked row by row as the deletion scans its
+// batch, they would: the orders of two scans differ). free(l) is the
+// condition that the lease row l may be deleted.
+func fencedSweepSQL(d Dialect, free func(l string) string) string {
+	return `WITH c AS MATERIALIZED (SELECT l.name FROM {L} l WHERE ` + free("l") + ` LIMIT ` + strconv.Itoa(SweepBatch) + `),
+	f AS MATERIALIZED (SELECT ff.bucket FROM {F} ff WHERE ff.bucket IN (SELECT ` + d.Bucket("c.name") + ` FROM c)
+		ORDER BY ff.bucket FOR UPDATE)
+DELETE FROM {L} AS l WHERE l.name IN (SELECT c.name FROM c) AND ` + free("l") + `
+	AND ` + d.Bucket("l.name") + ` IN (SELECT f.bucket FROM f)`
 }
 
 // LockBucketSQL locks the fence row of a name (FOR UPDATE). Args: name.
