@@ -33,14 +33,19 @@ func listenKey(ch string) string {
 
 // register records conn, which LISTENs on the channel of lease table
 // locks, in the listeners table, first deleting the rows of connections
-// that are gone (a process that died): those would only cost NOTIFYs. A
+// that are gone (a process that died): those would only cost NOTIFYs.
+// pg_stat_activity hides backend_start of another role's session from a
+// role without pg_read_all_stats: such a row is kept (deleting a live
+// listener's row would lose its wake-ups; keeping a dead one costs
+// NOTIFYs only). A
 // table that does not exist (created by an older dlock, opened without
 // migrating) is fine: its trigger notifies always.
 func register(ctx context.Context, conn *pgx.Conn, locks string) error {
 	t := listenersTable(locks)
 	_, err := conn.Exec(ctx, `BEGIN;
 SELECT pg_advisory_xact_lock(`+listenKey(channel(locks))+`);
-DELETE FROM `+t+` l WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid AND a.backend_start = l.started);
+DELETE FROM `+t+` l WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid
+	AND (a.backend_start = l.started OR a.backend_start IS NULL));
 INSERT INTO `+t+` (pid, started) SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()
 	ON CONFLICT (pid) DO UPDATE SET started = EXCLUDED.started;
 COMMIT`)

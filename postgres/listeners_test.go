@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func TestNotifyOnlyWhileListened(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the waiter listens
+	waitListeners(t, raw, "quiet_locks_listeners", 1) // the waiter listens
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -90,5 +91,116 @@ func TestNotifyOnlyWhileListened(t *testing.T) {
 	var n int
 	if err := raw.QueryRow(ctx, "SELECT count(*) FROM quiet_locks_listeners").Scan(&n); err != nil || n != 0 {
 		t.Errorf("listeners rows after Close: %d, %v", n, err)
+	}
+}
+
+// waitListeners waits until table has n rows.
+func waitListeners(t *testing.T, conn *pgx.Conn, table string, n int) {
+	t.Helper()
+	var got int
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+	}
+	t.Fatalf("%s has %d rows, want %d", table, got, n)
+}
+
+// TestListenersOfOtherRoles: a Backend that starts listening as one role
+// keeps the row of a live listener of another role, whose backend_start
+// pg_stat_activity hides from it, so that listener's waiters are still
+// woken by releases.
+func TestListenersOfOtherRoles(t *testing.T) {
+	srv := testserver.Postgres(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		"DROP ROLE IF EXISTS dlock_role_a", "DROP ROLE IF EXISTS dlock_role_b",
+		"CREATE ROLE dlock_role_a LOGIN", "CREATE ROLE dlock_role_b LOGIN",
+		"GRANT ALL ON SCHEMA public TO dlock_role_a, dlock_role_b",
+	} {
+		if _, err := srv.Query(ctx, "test", q); err != nil {
+			t.Fatal(q, ": ", err)
+		}
+	}
+	dsn := func(role string) string { return strings.Replace(srv.TestDSN(), "postgres@", role+"@", 1) }
+	admin, err := postgres.Open(ctx, srv.TestDSN(), postgres.Table("roles_locks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	for _, q := range []string{
+		"GRANT ALL ON roles_locks, roles_locks_waiters, roles_locks_fence, roles_locks_listeners TO dlock_role_a, dlock_role_b",
+		"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO dlock_role_a, dlock_role_b",
+	} {
+		if _, err := srv.Query(ctx, "test", q); err != nil {
+			t.Fatal(q, ": ", err)
+		}
+	}
+	open := func(role string) *dlock.Client {
+		b, err := postgres.Open(ctx, dsn(role), postgres.Table("roles_locks"), postgres.NoMigrate())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := dlock.New(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	raw, err := pgx.Connect(ctx, srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close(ctx)
+	// A holder and a waiter of role a: a's waiter listens.
+	a, a2 := open("dlock_role_a"), open("dlock_role_a")
+	held, err := a.Mutex("x", dlock.TTL(time.Minute)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := a2.Mutex("x").Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitListeners(t, raw, "roles_locks_listeners", 1)
+	// A waiter of role b starts listening too, and registers.
+	b := open("dlock_role_b")
+	bheld, err := a.Mutex("y", dlock.TTL(time.Minute)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bgot := make(chan error, 1)
+	go func() {
+		l, err := b.Mutex("y").Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		bgot <- err
+	}()
+	waitListeners(t, raw, "roles_locks_listeners", 2)
+	// a's waiter is woken by the release, long before the minute's TTL.
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := bheld.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []chan error{got, bgot} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter was not woken by the release")
+		}
 	}
 }
