@@ -19,19 +19,8 @@ import (
 func TestNotifyOnlyWhileListened(t *testing.T) {
 	srv := testserver.Postgres(t)
 	ctx := context.Background()
-	open := func() *dlock.Client {
-		b, err := postgres.Open(ctx, srv.TestDSN(), postgres.Table("quiet_locks"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := dlock.New(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	open := func() *dlock.Client { return openClient(t, srv.TestDSN(), postgres.Table("quiet_locks")) }
 	hc := open()
-	defer hc.Close()
 	raw, err := pgx.Connect(ctx, srv.TestDSN())
 	if err != nil {
 		t.Fatal(err)
@@ -62,14 +51,7 @@ func TestNotifyOnlyWhileListened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := wc.Mutex("busy").Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(wc, "busy")
 	waitListeners(t, raw, "quiet_locks_listeners", 1) // the waiter listens
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -92,6 +74,20 @@ func TestNotifyOnlyWhileListened(t *testing.T) {
 	if err := raw.QueryRow(ctx, "SELECT count(*) FROM quiet_locks_listeners").Scan(&n); err != nil || n != 0 {
 		t.Errorf("listeners rows after Close: %d, %v", n, err)
 	}
+}
+
+// lockAndUnlock locks name with c and unlocks it, in a goroutine, and
+// sends the outcome on the channel it returns.
+func lockAndUnlock(c *dlock.Client, name string) chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(context.Background())
+		if err == nil {
+			err = l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	return got
 }
 
 // waitListeners waits until table has n rows.
@@ -140,16 +136,7 @@ func TestListenersOfOtherRoles(t *testing.T) {
 		}
 	}
 	open := func(role string) *dlock.Client {
-		b, err := postgres.Open(ctx, dsn(role), postgres.Table("roles_locks"), postgres.NoMigrate())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := dlock.New(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
+		return openClient(t, dsn(role), postgres.Table("roles_locks"), postgres.NoMigrate())
 	}
 	raw, err := pgx.Connect(ctx, srv.TestDSN())
 	if err != nil {
@@ -162,14 +149,7 @@ func TestListenersOfOtherRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := a2.Mutex("x").Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(a2, "x")
 	waitListeners(t, raw, "roles_locks_listeners", 1)
 	// A waiter of role b starts listening too, and registers.
 	b := open("dlock_role_b")
@@ -177,14 +157,7 @@ func TestListenersOfOtherRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bgot := make(chan error, 1)
-	go func() {
-		l, err := b.Mutex("y").Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		bgot <- err
-	}()
+	bgot := lockAndUnlock(b, "y")
 	waitListeners(t, raw, "roles_locks_listeners", 2)
 	// a's waiter is woken by the release, long before the minute's TTL.
 	if err := held.Unlock(ctx); err != nil {

@@ -43,8 +43,14 @@ func sessionFactory(dsn string, opts ...postgres.Option) dlocktest.Factory {
 }
 
 func sessionClient(t *testing.T, dsn string) *dlock.Client {
+	return openClient(t, dsn, postgres.Session())
+}
+
+// openClient opens a Backend at dsn with opts and a Client on it, closed
+// when the test ends.
+func openClient(t *testing.T, dsn string, opts ...postgres.Option) *dlock.Client {
 	t.Helper()
-	b, err := postgres.Open(context.Background(), dsn, postgres.Session())
+	b, err := postgres.Open(context.Background(), dsn, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
