@@ -192,7 +192,7 @@ func (s *statements) sweepStatements(d Dialect, rebind func(string) string) {
 	} else {
 		s.sweep = rebind(`DELETE FROM {L} AS l WHERE l.name IN (SELECT s.name FROM (SELECT l.name FROM {L} l WHERE ` + free("l") +
 			` LIMIT ` + strconv.Itoa(SweepBatch) + `) s)
-	AND ` + free("l") + FenceFirstSQL(d))
+	AND ` + free("l"))
 		if d.FenceFirst {
 			s.sweep = rebind(fencedSweepSQL(d, free))
 		}
