@@ -28,7 +28,7 @@ var mySession = sqllock.SessionDialect{
 	Attach: func(*sql.Conn) (sqllock.ConnInfo, error) { return sqllock.ConnInfo{}, nil },
 	ConnID: myConnID,
 	First:  myFirst,
-	Lock: func(ctx context.Context, c *sql.Conn, key any, _ int64) error {
+	Lock: func(ctx context.Context, c *sql.Conn, key any, _ int64, _ bool) error {
 		var got sql.NullInt64
 		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 31536000)`, key).Scan(&got); err != nil {
 			return err

@@ -51,10 +51,12 @@
 // row still decides the grant, so a new holder waits out the old one's
 // deadline. PostgreSQL's lock queue makes [dlock.Fair] hold without the
 // waiters table, a connection ended by the server is reported lost within
-// about 100 ms, and each held lock and each name waited for takes a
-// connection (and nothing else while it waits: a fair waiter takes a
-// second one only until the server has queued it): size max_connections
-// for it.
+// about 100 ms, and each held lock and each name waited for takes one
+// connection (and nothing else while it waits): size max_connections for
+// it. A fair waiter marks its connection (a shared advisory lock on the
+// key's two-int4 form) before it queues, and waits until the fair
+// waiters marked before it have queued, so fair waiters queue in the
+// order of their Acquire calls.
 //
 // # Schema
 //

@@ -58,6 +58,7 @@ func sessionDialect(closed func(pc *pgconn.PgConn) bool) sqllock.SessionDialect 
 		},
 		First:  pgFirst,
 		Lock:   pgLock,
+		Mark:   pgMark,
 		Queued: pgQueued,
 		Renew:  pgRenew,
 		Release: func(ctx context.Context, c *sql.Conn, table string, key any, h dlock.Hold) (bool, bool, error) {
@@ -166,8 +167,14 @@ func pgFirst(ctx context.Context, c *sql.Conn, _ *sqllock.ConnInfo, table string
 
 // pgLock waits for the advisory lock and sets the idle timeout of a
 // holder; if the wait is interrupted, the setting is rolled back with it.
-func pgLock(ctx context.Context, c *sql.Conn, key any, ttl int64) error {
-	_, err := c.ExecContext(ctx, `SELECT pg_advisory_lock($1), `+strings.Replace(pgIdle, "?", "$2", 1), key, pgIdleArg(ttl))
+// Once it holds the lock, it drops the mark (see pgMark).
+func pgLock(ctx context.Context, c *sql.Conn, key any, ttl int64, marked bool) error {
+	if !marked {
+		_, err := c.ExecContext(ctx, `SELECT pg_advisory_lock($1), `+strings.Replace(pgIdle, "?", "$2", 1), key, pgIdleArg(ttl))
+		return err
+	}
+	hi, lo := pgMarkKey(key)
+	_, err := c.ExecContext(ctx, `SELECT pg_advisory_lock($1), pg_advisory_unlock_shared($3, $4), `+strings.Replace(pgIdle, "?", "$2", 1), key, pgIdleArg(ttl), hi, lo)
 	return err
 }
 
@@ -175,6 +182,31 @@ func pgLock(ctx context.Context, c *sql.Conn, key any, ttl int64) error {
 func pgKeyParts(key any) (int64, int64) {
 	k := uint64(key.(int64))
 	return int64(k >> 32), int64(k & 0xffffffff)
+}
+
+// pgMarkKey is the mark of a fair waiter for advisory key (see pgMark):
+// the two-int4 advisory key with the same bits, which pg_locks tells from
+// the bigint key by objsubid 2.
+func pgMarkKey(key any) (int32, int32) {
+	k := uint64(key.(int64))
+	return int32(uint32(k >> 32)), int32(uint32(k))
+}
+
+// pgMark is SessionDialect.Mark: the mark is a shared advisory lock on
+// pgMarkKey(key), which pg_locks shows to every connection as soon as it
+// is taken, and which the Lock statement drops once granted. A marked
+// connection that has no entry for key in pg_locks (neither granted nor
+// waiting) is still to queue. One snapshot of pg_locks decides.
+func pgMark(ctx context.Context, c *sql.Conn, key any, force bool) (bool, error) {
+	classid, objid := pgKeyParts(key)
+	hi, lo := pgMarkKey(key)
+	var marked bool
+	err := c.QueryRowContext(ctx, `WITH l AS MATERIALIZED (SELECT p.pid, p.objsubid, p.granted FROM pg_locks p
+	WHERE p.locktype = 'advisory' AND p.classid = $1::bigint::oid AND p.objid = $2::bigint::oid),
+m AS MATERIALIZED (SELECT $3 OR NOT EXISTS (SELECT 1 FROM l WHERE l.objsubid = 2 AND l.granted
+	AND l.pid <> pg_backend_pid() AND NOT EXISTS (SELECT 1 FROM l q WHERE q.pid = l.pid AND q.objsubid = 1)) AS go)
+SELECT m.go AND pg_try_advisory_lock_shared($4, $5) IS NOT NULL FROM m`, classid, objid, force, hi, lo).Scan(&marked)
+	return marked, err
 }
 
 func pgQueued(ctx context.Context, c *sql.Conn, info sqllock.ConnInfo, key any) (bool, error) {

@@ -46,9 +46,21 @@ type SessionDialect struct {
 	First func(ctx context.Context, c *sql.Conn, info *ConnInfo, table string, key any, req dlock.Request, ttl int64) (locked bool, g dlock.Grant, granted bool, err error)
 
 	// Lock waits in the server until c holds the advisory lock, for a
-	// hold of ttl milliseconds. It returns an error if it was interrupted
-	// or c failed.
-	Lock func(ctx context.Context, c *sql.Conn, key any, ttl int64) error
+	// hold of ttl milliseconds, and then drops c's mark (see Mark) if
+	// marked. It returns an error if it was interrupted or c failed.
+	Lock func(ctx context.Context, c *sql.Conn, key any, ttl int64, marked bool) error
+
+	// Mark, if set, orders fair waiters without a second connection. It
+	// is called on a fair waiter's connection c before its Lock
+	// statement, and marks c as about to queue for key, in a way that
+	// every connection sees at once, unless (and force is false) another
+	// connection marked for key has not yet queued; it reports whether
+	// it marked c. The waiter queues once it is marked, so it queues
+	// after every fair waiter whose Acquire returned before its own
+	// began. Without Mark, a fair waiter confirms with Queued, on a
+	// connection of its own, that the server has queued its Lock
+	// statement before Acquire returns.
+	Mark func(ctx context.Context, c *sql.Conn, key any, force bool) (marked bool, err error)
 
 	// Queued reports whether the connection info waits for (or holds) the
 	// advisory lock key, asked on another connection, c.

@@ -19,6 +19,7 @@ type sessionWaiter struct {
 	c      *sql.Conn
 	info   ConnInfo
 	locked bool       // c holds the advisory lock
+	marked bool       // c carries the dialect's mark (see SessionDialect.Mark)
 	lockCh chan error // the result of the Lock statement in flight; nil if none
 	// interrupted says an interrupt may still be on its way to c: c must
 	// not run another statement and is closed when the waiter ends.
@@ -81,7 +82,7 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	err = done(err)
 	if err != nil {
 		w.s.discard(w.c)
-		w.c, w.locked = nil, false
+		w.c, w.locked, w.marked = nil, false, false
 		return dlock.Grant{}, s.e.wrap(err)
 	}
 	if granted {
@@ -90,7 +91,12 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		if !w.locked {
 			// Re-entered the row of a hold whose lock another connection
 			// carries.
-			giveBack(c)
+			if w.marked {
+				s.discard(c)
+			} else {
+				giveBack(c)
+			}
+			w.marked = false
 			g.Handle = &sessionHandle{}
 			return g, nil
 		}
@@ -114,6 +120,11 @@ func (w *sessionWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 	}
 	if !w.req.Wait {
 		return dlock.Grant{}, refused
+	}
+	if w.req.Fair && s.d.Mark != nil {
+		if err := w.awaitMarked(ctx); err != nil {
+			return dlock.Grant{}, err
+		}
 	}
 	if err := w.startLock(ctx); err != nil {
 		return dlock.Grant{}, err
@@ -145,7 +156,7 @@ func (w *sessionWaiter) prepare(ctx context.Context) error {
 		if err != nil {
 			return s.e.wrap(err)
 		}
-		w.c, w.info, w.locked = c, info, false
+		w.c, w.info, w.locked, w.marked = c, info, false, false
 	}
 	return nil
 }
@@ -164,7 +175,7 @@ func (w *sessionWaiter) startLock(ctx context.Context) error {
 		w.info.ID = id
 	}
 	ch := make(chan error, 1)
-	c, key, info, ttl := w.c, w.key, w.info, ttlMillis(w.req.TTL)
+	c, key, info, ttl, marked := w.c, w.key, w.info, ttlMillis(w.req.TTL), w.marked
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -176,17 +187,51 @@ func (w *sessionWaiter) startLock(ctx context.Context) error {
 	w.lockCh = ch
 	go func() {
 		defer s.bg.Done()
-		err := s.d.Lock(context.Background(), c, key, ttl)
+		err := s.d.Lock(context.Background(), c, key, ttl, marked)
 		s.mu.Lock()
 		delete(s.waiting, w)
 		s.mu.Unlock()
 		ch <- err
 	}()
-	if !w.req.Fair {
+	if !w.req.Fair || s.d.Mark != nil {
 		return nil
 	}
 	return w.awaitQueued(ctx)
 }
+
+// awaitMarked marks the waiter's connection as about to queue once no
+// other connection marked for the name is still to queue (see
+// SessionDialect.Mark), or after markWait: a process stopped between its
+// mark and its Lock statement does not stall the queue for longer.
+func (w *sessionWaiter) awaitMarked(ctx context.Context) error {
+	s := w.s
+	delay := 200 * time.Microsecond
+	until := time.Now().Add(markWait)
+	for {
+		marked, err := s.d.Mark(ctx, w.c, w.key, time.Now().After(until))
+		if err != nil {
+			s.discard(w.c)
+			w.c = nil
+			return s.e.wrap(err)
+		}
+		if marked {
+			w.marked = true
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		delay = min(2*delay, 10*time.Millisecond)
+	}
+}
+
+// markWait bounds how long a fair waiter waits for the waiters marked
+// before it to queue.
+const markWait = time.Second
 
 // awaitQueued returns once the Lock statement in flight is queued in the
 // server or has finished. It asks on a connection of its own, which it
@@ -287,10 +332,10 @@ func (w *sessionWaiter) Wait(ctx context.Context) error {
 			w.lockCh = nil
 			if err != nil {
 				w.s.discard(w.c)
-				w.c = nil
+				w.c, w.marked = nil, false
 				return w.s.e.wrap(err)
 			}
-			w.locked = true
+			w.locked, w.marked = true, false
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -377,8 +422,11 @@ func (w *sessionWaiter) close() error {
 	w.c = nil
 	switch {
 	case c == nil:
-	case !w.locked:
+	case !w.locked && !w.marked:
 		giveBack(c)
+	case !w.locked:
+		// Its mark would stay with the pool's next user.
+		s.discard(c)
 	case w.interrupted:
 		// The interrupt may still be on its way and would hit the next
 		// statement: close the connection, which frees the lock.
