@@ -134,7 +134,7 @@ func TestSessionConformanceDB(t *testing.T) {
 		// The per-item leak check would count the watcher goroutine of
 		// each of the caller's pooled connections; TestMain checks for
 		// leaks once db is closed.
-	}, dlocktest.Names(sessionNames), dlocktest.NoLeakCheck())
+	}, dlocktest.Names(sessionNames), dlocktest.NoLeakCheck(), dlocktest.Grants(variantGrants))
 	// Every user lock went with its hold (the metadata_lock_info plugin,
 	// shipped with MariaDB, lists the user locks of all connections).
 	ctx := context.Background()

@@ -217,7 +217,7 @@ func TestSessionConformancePool(t *testing.T) {
 				t.Fatalf("NewPool: %v (session %v)", err, err == nil && b.Session())
 			}
 			return b
-		}, dlocktest.Names(sessionNames), callerPoolLeaks)
+		}, dlocktest.Names(sessionNames), callerPoolLeaks, dlocktest.Grants(variantGrants))
 	})
 	t.Run("sql.DB", func(t *testing.T) {
 		dlocktest.Run(t, func(t testing.TB) dlock.Backend {
@@ -226,7 +226,7 @@ func TestSessionConformancePool(t *testing.T) {
 				t.Fatalf("New: %v (session %v)", err, err == nil && b.Session())
 			}
 			return b
-		}, dlocktest.Names(sessionNames), callerPoolLeaks)
+		}, dlocktest.Names(sessionNames), callerPoolLeaks, dlocktest.Grants(variantGrants))
 	})
 	// Every advisory lock went with its hold: none is left on a connection
 	// of the caller's pools.
