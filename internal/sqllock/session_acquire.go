@@ -14,8 +14,10 @@ import (
 // the same owner on this Backend re-enters on the row (one statement);
 // otherwise a connection is taken from the pool and the first attempt
 // (SessionDialect.First) made on it. When the lock is taken and req.Wait,
-// the connection stays with the returned Waiter, which is queued in the
-// server's wait queue for the advisory lock before Acquire returns.
+// the connection stays with the returned Waiter, whose Lock statement
+// waits in the server's queue for the advisory lock; a fair one queues
+// after the fair waiters whose Acquire returned before (see
+// SessionDialect.Mark and Queued).
 func (s *Sessions) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := s.e.checkOpen(); err != nil {
 		return dlock.Grant{}, nil, err
