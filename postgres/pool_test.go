@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/sqllock"
@@ -67,5 +70,60 @@ func TestPoolSize(t *testing.T) {
 	})
 	if _, err := postgres.Open(ctx, srv.TestDSN(), postgres.PoolMaxConns(0)); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("PoolMaxConns(0): %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestNewPoolKeepsConnections: a Backend on a caller's pgxpool.Pool keeps
+// the connections its statements use between them, up to the pool's
+// MaxConns, rather than taking one from the pool for nearly every
+// statement (database/sql keeps only 2 by default), and gives them back
+// to the pool once idle.
+func TestNewPoolKeepsConnections(t *testing.T) {
+	srv := testserver.Postgres(t)
+	ctx := context.Background()
+	pool, _ := callerPools(t, srv.TestDSN(), 16)
+	b, err := postgres.NewPool(pool, postgres.Table("keep_locks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const goroutines, rounds = 8, 50
+	lockAll := func() {
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				m := c.Mutex("keep-" + strconv.Itoa(g))
+				for range rounds {
+					l, err := m.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if err := l.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	lockAll() // the tables, the first connections
+	before := pool.Stat().AcquireCount()
+	lockAll()
+	// 800 statements; a connection per statement was taken before.
+	if n := pool.Stat().AcquireCount() - before; n > 4*goroutines {
+		t.Errorf("%d connections taken from the pool for %d lock/unlock, want at most %d", n, goroutines*rounds, 4*goroutines)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pool.Stat().AcquiredConns() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the pool's connections still kept by the idle Backend", pool.Stat().AcquiredConns())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
