@@ -39,7 +39,9 @@ func testMain(m *testing.M) int {
 	dlockBin = filepath.Join(dir, "dlock")
 	args := []string{"build", "-o", dlockBin}
 	if raceEnabled {
-		args = append(args, "-race")
+		// As scripts/test does: SQLite's C translated to Go is not ours
+		// to check, and instrumented it made SQLite 2-3x slower.
+		args = append(args, "-race", "-gcflags=modernc.org/...=-race=false")
 	}
 	build := exec.Command("go", append(args, ".")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
