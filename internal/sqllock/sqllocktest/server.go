@@ -114,16 +114,20 @@ func UpgradeTable(t *testing.T, tg Target) {
 // SilentLink runs [silenttest.Run] in lease and session mode: Lock,
 // Unlock and Extend through a link that swallows the server's replies
 // return by their context plus dlock.CancelGrace, and leave nothing that
-// holds the lock past its TTL.
+// holds the lock past its TTL. The modes run at once, on tables of their
+// own: the scenarios mostly wait for timeouts.
 func SilentLink(t *testing.T, tg Target) {
 	srv := tg.Start(t, false)
 	target, dsn := srv.Addr, srv.DSN
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			m := mode.m
+			m.Table = "silent_" + mode.name
 			silenttest.Run(t, silenttest.Env{
 				Target: target,
 				Open: func(t *testing.T, addr string) dlock.Backend {
-					b, err := tg.Open(context.Background(), strings.Replace(dsn, target, addr, 1), mode.m)
+					b, err := tg.Open(context.Background(), strings.Replace(dsn, target, addr, 1), m)
 					if err != nil {
 						t.Fatal(err)
 					}
