@@ -196,7 +196,11 @@ func pgMarkKey(key any) (int32, int32) {
 // pgMarkKey(key), which pg_locks shows to every connection as soon as it
 // is taken, and which the Lock statement drops once granted. A marked
 // connection that has no entry for key in pg_locks (neither granted nor
-// waiting) is still to queue. One snapshot of pg_locks decides.
+// waiting) is still to queue. One snapshot of pg_locks decides. CASE,
+// not AND, so that the mark is surely not taken when refused: a second
+// one would outlive the Lock statement. (A try refused because someone
+// else holds that key exclusively leaves the waiter unmarked but going
+// on: it only loses its place to later fair waiters.)
 func pgMark(ctx context.Context, c *sql.Conn, key any, force bool) (bool, error) {
 	classid, objid := pgKeyParts(key)
 	hi, lo := pgMarkKey(key)
@@ -205,7 +209,7 @@ func pgMark(ctx context.Context, c *sql.Conn, key any, force bool) (bool, error)
 	WHERE p.locktype = 'advisory' AND p.classid = $1::bigint::oid AND p.objid = $2::bigint::oid),
 m AS MATERIALIZED (SELECT $3 OR NOT EXISTS (SELECT 1 FROM l WHERE l.objsubid = 2 AND l.granted
 	AND l.pid <> pg_backend_pid() AND NOT EXISTS (SELECT 1 FROM l q WHERE q.pid = l.pid AND q.objsubid = 1)) AS go)
-SELECT m.go AND pg_try_advisory_lock_shared($4, $5) IS NOT NULL FROM m`, classid, objid, force, hi, lo).Scan(&marked)
+SELECT CASE WHEN m.go THEN pg_try_advisory_lock_shared($4, $5) IS NOT NULL ELSE false END FROM m`, classid, objid, force, hi, lo).Scan(&marked)
 	return marked, err
 }
 
