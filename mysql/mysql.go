@@ -113,7 +113,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 		return nil, invalid("%v", err)
 	}
 	db := sql.OpenDB(conn)
-	cfg.SizePool(db)
+	cfg.SizePool(db, 0)
 	idle := time.Minute
 	if w, err := strconv.Atoi(mc.Params["wait_timeout"]); err == nil && w > 0 {
 		// Drop idle connections well before the server does (database/sql

@@ -29,7 +29,7 @@ func TestPoolSize(t *testing.T) {
 			return nil, err
 		}
 		return mysql.Shell(b), nil
-	})
+	}, 0)
 	if _, err := mysql.Open(ctx, srv.DSN(), mysql.PoolMaxConns(0)); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("PoolMaxConns(0): %v, want ErrInvalidOption", err)
 	}

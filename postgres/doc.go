@@ -40,7 +40,10 @@
 // [Open]'s pool keeps [DefaultPoolMaxConns] connections ([PoolMaxConns]).
 // A trigger NOTIFYs the lease table's channel when a lock is freed; while a
 // Backend has waiters one connection LISTENs, and waiters also wake when
-// the holder's lease has passed by the database's clock: nobody polls. A
+// the holder's lease has passed by the database's clock: nobody polls.
+// While that connection waits for notifications, the Backend's statements
+// borrow it, so that a process waiting for a lock holds one connection
+// (64 waiting processes fit in the server's default 100). A
 // release deletes the freed row, and one operation in 64 sweeps expired
 // rows ([Backend.Reclaim] sweeps at once).
 //

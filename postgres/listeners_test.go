@@ -177,3 +177,63 @@ func TestListenersOfOtherRoles(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitingProcessOneConnection: a Backend whose locks are contended
+// holds one server connection while it waits and hands off: its
+// statements borrow the LISTEN connection while that waits. (It held two
+// before, so 64 waiting processes needed more than the server's default
+// 100 connections.)
+func TestWaitingProcessOneConnection(t *testing.T) {
+	srv := testserver.Postgres(t)
+	ctx := context.Background()
+	raw, err := pgx.Connect(ctx, srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close(ctx)
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			app := "dlock-one-conn-" + map[bool]string{false: "d", true: "f"}[fair]
+			hc := openClient(t, srv.TestDSN(), postgres.Table("one_conn"))
+			wc := openClient(t, srv.TestDSN()+"&application_name="+app, postgres.Table("one_conn"))
+			conns := func() int {
+				var n int
+				if err := raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			var opts []dlock.Option
+			if fair {
+				opts = append(opts, dlock.Fair())
+			}
+			most := 0
+			for range 20 {
+				h, err := hc.Mutex("busy", opts...).Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				go func() {
+					l, err := wc.Mutex("busy", opts...).Lock(ctx)
+					if err == nil {
+						err = l.Unlock(ctx)
+					}
+					got <- err
+				}()
+				time.Sleep(20 * time.Millisecond) // the waiter waits
+				most = max(most, conns())
+				if err := h.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-got; err != nil {
+					t.Fatal(err)
+				}
+				most = max(most, conns())
+			}
+			if most != 1 {
+				t.Errorf("the waiting Backend held up to %d connections, want 1", most)
+			}
+		})
+	}
+}

@@ -46,8 +46,10 @@ func Session() Option { return option(sqllock.SetSession(true)) }
 // PoolMaxConns sets the size of the connection pool that Open makes
 // (default [DefaultPoolMaxConns], at least 1; URL: pool_max_conns): the
 // connections kept open between statements, and in lease-table mode the
-// most open at once. In session mode each held lock and each waiter has a
-// connection of its own on top. New and NewPool leave the caller's pool
+// most open at once for statements, plus the LISTEN connection while
+// locks are waited for (which statements borrow while it is idle). In
+// session mode each held lock and each waiter has a connection of its
+// own on top. New and NewPool leave the caller's pool
 // as it is.
 func PoolMaxConns(n int) Option { return option(sqllock.SetPoolMaxConns(n)) }
 

@@ -19,7 +19,8 @@ import (
 
 // TestPoolSize: Open's pool keeps DefaultPoolMaxConns connections, or
 // pool_max_conns of the URL, which is not sent to the server (it refused
-// it as a setting before).
+// it as a setting before); one more may be open in lease mode: the LISTEN
+// connection, which statements borrow while it waits.
 func TestPoolSize(t *testing.T) {
 	srv := testserver.Postgres(t)
 	ctx := context.Background()
@@ -40,7 +41,7 @@ func TestPoolSize(t *testing.T) {
 			return nil, err
 		}
 		return postgres.Shell(b), nil
-	})
+	}, 1) // the LISTEN connection
 	t.Run("keyword DSN", func(t *testing.T) {
 		host, port, _ := strings.Cut(srv.Addr(), ":")
 		kw := "host=" + host + " port=" + port + " user=postgres dbname=test sslmode=disable pool_max_conns=3"
@@ -49,8 +50,8 @@ func TestPoolSize(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		if got := sqllock.PoolOf(postgres.Shell(b)).Stats().MaxOpenConnections; got != 3 {
-			t.Errorf("MaxOpenConnections %d, want 3", got)
+		if got := sqllock.PoolOf(postgres.Shell(b)).Stats().MaxOpenConnections; got != 3+1 {
+			t.Errorf("MaxOpenConnections %d, want 3+1", got)
 		}
 		// The option wins over the DSN.
 		b2, err := postgres.Open(ctx, kw, postgres.PoolMaxConns(4))
@@ -58,8 +59,8 @@ func TestPoolSize(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b2.Close()
-		if got := sqllock.PoolOf(postgres.Shell(b2)).Stats().MaxOpenConnections; got != 4 {
-			t.Errorf("with PoolMaxConns(4): MaxOpenConnections %d, want 4", got)
+		if got := sqllock.PoolOf(postgres.Shell(b2)).Stats().MaxOpenConnections; got != 4+1 {
+			t.Errorf("with PoolMaxConns(4): MaxOpenConnections %d, want 4+1", got)
 		}
 		for _, bad := range []string{"pool_max_conns=0", "pool_max_conns=x"} {
 			_, err := postgres.Open(ctx, strings.Replace(kw, "pool_max_conns=3", bad, 1))

@@ -68,18 +68,12 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Backend, error) {
 	probe := new(connect.Probe)
 	pc.DialFunc = pgconn.DialFunc(probe.Dial(connect.DialFunc(pc.DialFunc)))
 	db := stdlib.OpenDB(*pc, stdlib.OptionShouldPing(shouldPing))
-	cfg.SizePool(db)
+	cfg.SizePool(db, 1) // and the LISTEN connection (see rawConn)
 	db.SetConnMaxIdleTime(time.Minute)
 	if err := sqllock.Ping(ctx, db, pc.ConnectTimeout, pgServer, address(pc), probe); err != nil {
 		return nil, err
 	}
-	listen := func(ctx context.Context) (*pgx.Conn, func(), error) {
-		c, err := pgx.ConnectConfig(ctx, pc.Copy())
-		if err != nil {
-			return nil, nil, err
-		}
-		return c, func() { closeConn(c) }, nil
-	}
+	listen := func(ctx context.Context) (listenConn, error) { return rawConn(ctx, db) }
 	return start(ctx, db, desc, cfg, listen, db.Close)
 }
 
@@ -115,9 +109,9 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 		if err != nil {
 			return nil, sqllock.OpenError("postgres", pgDialect, err)
 		}
-		var listen func(context.Context) (*pgx.Conn, func(), error)
+		var listen func(context.Context) (listenConn, error)
 		if _, ok := db.Driver().(*stdlib.Driver); ok {
-			listen = func(ctx context.Context) (*pgx.Conn, func(), error) { return rawConn(ctx, db) }
+			listen = func(ctx context.Context) (listenConn, error) { return rawConn(ctx, db) }
 		}
 		return start(ctx, db, desc, cfg, listen, nil)
 	})
@@ -144,13 +138,16 @@ func NewPool(pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
 			db.Close()
 			return nil, sqllock.OpenError(desc, pgDialect, err)
 		}
-		listen := func(ctx context.Context) (*pgx.Conn, func(), error) {
+		// The LISTEN connection is taken out of the pool for good (a
+		// pooled one would carry its LISTEN to the pool's next user), so
+		// statements do not borrow it.
+		listen := func(ctx context.Context) (listenConn, error) {
 			c, err := pool.Acquire(ctx)
 			if err != nil {
-				return nil, nil, err
+				return listenConn{}, err
 			}
 			pc := c.Hijack()
-			return pc, func() { closeConn(pc) }, nil
+			return listenConn{pc: pc, release: func() { closeConn(pc) }}, nil
 		}
 		return start(ctx, db, desc, cfg, listen, db.Close)
 	})
@@ -173,11 +170,13 @@ func closeConn(c *pgx.Conn) {
 }
 
 // rawConn takes a connection out of db for LISTEN; the release discards
-// it, so that its LISTEN goes with it.
-func rawConn(ctx context.Context, db *sql.DB) (*pgx.Conn, func(), error) {
+// it, so that its LISTEN goes with it. While it waits for notifications,
+// the Backend's statements borrow it (see lender): a process that waits
+// for a lock uses one connection.
+func rawConn(ctx context.Context, db *sql.DB) (listenConn, error) {
 	sc, err := db.Conn(ctx)
 	if err != nil {
-		return nil, nil, err
+		return listenConn{}, err
 	}
 	var pc *pgx.Conn
 	err = sc.Raw(func(dc any) error {
@@ -190,19 +189,19 @@ func rawConn(ctx context.Context, db *sql.DB) (*pgx.Conn, func(), error) {
 	})
 	if err != nil {
 		sc.Close()
-		return nil, nil, err
+		return listenConn{}, err
 	}
-	return pc, func() {
+	return listenConn{pc: pc, sc: sc, release: func() {
 		sc.Raw(func(any) error { return driver.ErrBadConn })
 		sc.Close()
-	}, nil
+	}}, nil
 }
 
 // start makes the Backend on db; listen, if set, gives the connection
 // to LISTEN on. onClose, if set, releases what Open made: at Close, or
 // now if start fails.
 func start(ctx context.Context, db *sql.DB, desc string, cfg sqllock.Options,
-	listen func(context.Context) (*pgx.Conn, func(), error), onClose func() error) (*Backend, error) {
+	listen func(context.Context) (listenConn, error), onClose func() error) (*Backend, error) {
 	var feed sqllock.Feed
 	if listen != nil {
 		feed = newListenFeed(cfg.Table, listen)

@@ -119,6 +119,11 @@ func New(ctx context.Context, db *sql.DB, d Dialect, cfg Config) (*Engine, error
 		e.local, e.ownLocal = NewLocal(cfg.Feed), true
 	}
 	e.pool = pool{db: db, stmts: new(sync.Map)}
+	if f, ok := e.local.feed.(interface {
+		lend() (*sql.Conn, func(), bool)
+	}); ok {
+		e.pool.lend = f.lend
+	}
 	migrate := Migrate
 	if cfg.NoMigrate {
 		migrate = Check

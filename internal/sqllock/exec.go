@@ -196,6 +196,19 @@ type pool struct {
 	db    *sql.DB
 	stmts *sync.Map // query → *sql.Stmt
 	mu    sync.Mutex
+	// lend, if set, borrows the Feed's listening connection while it is
+	// idle: a statement runs there first, and on the pool only when it is
+	// busy (see Lender).
+	lend func() (*sql.Conn, func(), bool)
+}
+
+// borrow returns the Feed's listening connection and the function that
+// gives it back, if it can be lent now.
+func (p *pool) borrow() (*sql.Conn, func(), bool) {
+	if p.lend == nil {
+		return nil, nil, false
+	}
+	return p.lend()
 }
 
 func (p *pool) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
@@ -216,6 +229,10 @@ func (p *pool) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 }
 
 func (p *pool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if c, giveBack, ok := p.borrow(); ok {
+		defer giveBack()
+		return c.ExecContext(ctx, query, args...)
+	}
 	st, err := p.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -247,6 +264,12 @@ func (p *pool) close() error {
 // dest. It reads the result to its end, so that the errors of a statement
 // that writes (and, outside a transaction, commits when it ends) are seen.
 func queryOne(ctx context.Context, q querier, query string, args []any, dest ...any) (bool, error) {
+	if p, ok := q.(*pool); ok {
+		if c, giveBack, ok := p.borrow(); ok {
+			defer giveBack()
+			q = c
+		}
+	}
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return false, err

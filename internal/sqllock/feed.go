@@ -36,8 +36,18 @@ type Subscription interface {
 // [notify.Relay]): the watcher starts with the first and stops with the
 // last, and Close waits for it.
 type WatchFeed struct {
-	relay *notify.Relay
-	turn  atomic.Pointer[func(seq int64)] // Local.turn of the Local it serves
+	relay  *notify.Relay
+	turn   atomic.Pointer[func(seq int64)] // Local.turn of the Local it serves
+	lender Lender
+}
+
+// Lender lends the connection that a watcher waits on to a statement, so
+// that a process that waits for a lock holds one connection, not one to
+// wait on and one for its attempts. Lend returns at once: the connection
+// and the function that gives it back, or ok false when it cannot be lent
+// now (not waiting, or lent already).
+type Lender interface {
+	Lend() (c *sql.Conn, giveBack func(), ok bool)
 }
 
 // NewWatchFeed returns a WatchFeed that runs watch until its ctx is done.
@@ -48,6 +58,19 @@ func NewWatchFeed(watch func(ctx context.Context, ready, changed func())) *Watch
 	f := &WatchFeed{}
 	f.relay = notify.NewRelay(func(ctx context.Context, ready func()) { watch(ctx, ready, f.relay.Broadcast) })
 	return f
+}
+
+// SetLender makes the statements of the engines on this feed borrow the
+// watcher's connection from l while it waits (see [Lender]). Call it
+// before the first Subscribe.
+func (f *WatchFeed) SetLender(l Lender) { f.lender = l }
+
+// lend borrows the watcher's connection, if it has a Lender.
+func (f *WatchFeed) lend() (*sql.Conn, func(), bool) {
+	if f.lender == nil {
+		return nil, nil, false
+	}
+	return f.lender.Lend()
 }
 
 // Linger keeps the watcher running for d after the last waiter leaves

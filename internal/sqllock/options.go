@@ -111,17 +111,19 @@ func SetPoolMaxConns(n int) func(*Options) {
 
 // SizePool sizes db, a pool that Open made, for o: PoolMaxConns (default
 // [DefaultPoolMaxConns]) connections kept open between statements; in
-// lease-table mode also at most that many open. Session mode does not cap
-// the open connections: each held lock and each waiter takes one out of
-// the pool for as long as it lasts, on top of those kept for statements.
-func (o Options) SizePool(db *sql.DB) {
+// lease-table mode also at most that many open for statements, plus
+// extra (a connection that the backend keeps out of the pool for its own
+// use, such as PostgreSQL's LISTEN). Session mode does not cap the open
+// connections: each held lock and each waiter takes one out of the pool
+// for as long as it lasts, on top of those kept for statements.
+func (o Options) SizePool(db *sql.DB, extra int) {
 	n := o.PoolMaxConns
 	if n == 0 {
 		n = DefaultPoolMaxConns
 	}
 	db.SetMaxIdleConns(n)
 	if !o.Session {
-		db.SetMaxOpenConns(n)
+		db.SetMaxOpenConns(n + extra)
 	}
 }
 

@@ -15,10 +15,11 @@ type PoolOpener func(params string) (*sqllock.Backend, error)
 
 // PoolSizes tests the pool that a server backend's Open makes: by default
 // [sqllock.DefaultPoolMaxConns] connections kept open between statements
-// (and at most that many in lease-table mode), pool_max_conns=N sets N,
-// session mode caps nothing, and a bad value is ErrInvalidOption naming
-// the parameter.
-func PoolSizes(t *testing.T, open PoolOpener) {
+// (and at most that many, plus extra that the backend keeps out of the
+// pool for itself, in lease-table mode), pool_max_conns=N sets N, session
+// mode caps nothing, and a bad value is ErrInvalidOption naming the
+// parameter.
+func PoolSizes(t *testing.T, open PoolOpener, extra int) {
 	for _, c := range []struct {
 		params  string
 		size    int
@@ -34,7 +35,7 @@ func PoolSizes(t *testing.T, open PoolOpener) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			checkPool(t, b, c.size, c.session)
+			checkPool(t, b, c.size, extra, c.session)
 		})
 	}
 	for _, bad := range []string{"pool_max_conns=0", "pool_max_conns=-1", "pool_max_conns=many",
@@ -52,12 +53,12 @@ func PoolSizes(t *testing.T, open PoolOpener) {
 }
 
 // checkPool checks that b's pool keeps size connections idle once they
-// were all in use at once, and caps the open ones at size unless in
+// were all in use at once, and caps the open ones at size+extra unless in
 // session mode.
-func checkPool(t *testing.T, b *sqllock.Backend, size int, session bool) {
+func checkPool(t *testing.T, b *sqllock.Backend, size, extra int, session bool) {
 	t.Helper()
 	db := sqllock.PoolOf(b)
-	wantMax := size
+	wantMax := size + extra
 	if session {
 		wantMax = 0 // no limit
 	}
