@@ -99,25 +99,31 @@ func run(c config) error {
 	return nil
 }
 
-// runBenchmarks runs the timed workloads, then Held, -runs times each, and
-// returns their output, which it also copies to stderr as it comes, and
-// saves beside the document (bench/raw.txt) for -input.
+// runBenchmarks runs the timed workloads -runs times, then Held
+// -held-runs times, and returns their output, which it also copies to
+// stderr as it comes, and saves beside the document (bench/raw.txt) for
+// -input. The timed workloads run in rounds, each round all of them once,
+// so that a busy minute on a shared machine lands in one run of several
+// libraries rather than in every run of one.
 func runBenchmarks(ctx context.Context, c config) ([]byte, error) {
 	// dlocktest.Bench (the SQL backends) puts the workloads under
 	// Default and Fair.
 	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Herd|Default|Fair)$"
-	var all []byte
-	for _, pass := range []struct {
+	type pass struct {
 		bench, benchtime string
-		runs             int
-	}{
-		{"^Benchmark(" + c.backends + ")$/./" + workloads, c.benchtime, c.runs},
-		{"^Benchmark(" + c.backends + ")$/^dlock$/^Held$/^(" + c.held + ")$", "1x", c.heldRuns},
-	} {
-		if strings.HasSuffix(pass.bench, "/^()$") {
+		count            int
+	}
+	var passes []pass
+	for range c.runs {
+		passes = append(passes, pass{"^Benchmark(" + c.backends + ")$/./" + workloads, c.benchtime, 1})
+	}
+	passes = append(passes, pass{"^Benchmark(" + c.backends + ")$/^dlock$/^Held$/^(" + c.held + ")$", "1x", c.heldRuns})
+	var all []byte
+	for _, p := range passes {
+		if strings.HasSuffix(p.bench, "/^()$") {
 			continue
 		}
-		out, err := goTest(ctx, pass.bench, pass.benchtime, pass.runs)
+		out, err := goTest(ctx, p.bench, p.benchtime, p.count)
 		all = append(all, out...)
 		if err != nil {
 			// A benchmark that failed is listed in the document; the

@@ -70,7 +70,9 @@ func document(c config, rs results, charts []chart, env []string, took time.Dura
 Every library runs the same workloads (package dlocktest: BenchLockers, and
 for dlock BenchHerd and BenchHeld) in one process per backend, against the
 same server, each with its defaults; see the bench module's doc.go. Every
-figure is the median of %d runs (Held: of %d). Beside it, in brackets, its ratio to the
+figure is the median of %d runs (Held: of %d), run in rounds (each round runs every
+library's workloads once, so that a busy moment of the machine falls on one
+run of several libraries, not on every run of one). Beside it, in brackets, its ratio to the
 best peer's figure (dlock's own variants and the Redis round-trip floor are
 not peers): above 1 is ahead for rates, below 1 is ahead for latencies,
 bytes and requests. A dash: the library does not run that workload.
