@@ -348,6 +348,14 @@ func (r *runner) schedule(ctx context.Context, res *Resource) {
 		case <-end.C:
 			return
 		case <-tick.C:
+			// A progress line checks the whole history so far, which
+			// takes seconds once a broken lock has made thousands of
+			// violations; when the run's end came meanwhile, select
+			// picked the tick again half of the time, and the run
+			// overran its duration many times over.
+			if time.Since(start) >= r.cfg.Duration {
+				return
+			}
 			if r.cfg.Progress != nil {
 				r.progress(res, time.Since(start))
 			}
