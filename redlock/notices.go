@@ -70,6 +70,10 @@ func (n *notices) waitedOn(name string) bool { return n.hub.Grouped(name) }
 // confirmed reports whether channel ch has a confirmed subscription here.
 func (n *notices) confirmed(ch string) bool { return n.hub.Confirmed(ch) }
 
+// ready returns a channel closed once channel ch has a subscription
+// confirmed here, or nil if it has none.
+func (n *notices) ready(ch string) <-chan struct{} { return n.hub.Ready(ch) }
+
 // detach stops the notices on ch to w; a subscription left without
 // waiters lingers.
 func (n *notices) detach(w *waiter, ch string) { n.hub.Detach(w, ch) }

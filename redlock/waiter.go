@@ -129,12 +129,16 @@ func (w *waiter) attach() {
 
 // Wait returns on a release notice, when the holder's lease may have ended,
 // or (after a collision of contenders) after a short random pause. The
-// first Wait returns at once unless the waiter was attached to confirmed
-// subscriptions on every master before its first attempt: otherwise a
-// release between that attempt and the subscription would go unnoticed.
+// first Wait returns without waiting for a notice unless the waiter was
+// attached to confirmed subscriptions on every master before its first
+// attempt: otherwise a release between that attempt and the subscription
+// would go unnoticed. It returns once the subscriptions are confirmed
+// (see subscribed), so that the next attempt comes after them: a
+// release after that attempt is then heard.
 func (w *waiter) Wait(ctx context.Context) error {
 	if w.first {
 		w.first = false
+		w.subscribed(ctx)
 		return ctx.Err()
 	}
 	if w.res.split {
@@ -183,6 +187,41 @@ func (w *waiter) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// subscribed waits until every master confirmed the subscriptions to the
+// waiter's channels, for at most the node timeout (a master that does not
+// answer holds up no attempt; the waiter hears it once it confirms) or
+// until ctx ends. The notice of a release that comes after an attempt but
+// before the confirmation is heard by nobody: if the attempt did not
+// wait, the waiter would wait for maxWait, and so would every other
+// waiter, since a notice names one waiter.
+func (w *waiter) subscribed(ctx context.Context) {
+	var t *time.Timer
+	for i := range w.b.notices {
+		for _, ch := range w.chans {
+			ready := w.b.notices[i].ready(ch)
+			if ready == nil {
+				continue
+			}
+			select {
+			case <-ready:
+				continue
+			default:
+			}
+			if t == nil {
+				t = time.NewTimer(w.b.cfg.nodeTimeout)
+				defer t.Stop()
+			}
+			select {
+			case <-ready:
+			case <-t.C:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // Acquire makes the next attempt.

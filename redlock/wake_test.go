@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	"github.com/dlock-dev/dlock/redlock"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // waitQueued waits until every master has n waiters in the queue key.
@@ -364,5 +366,79 @@ return tonumber(redis.call('HGET', KEYS[1], 'x')) <= t[1] * 1000 + math.floor(t[
 			t.Fatalf("the last master still promises the lock to %v after the waiter released its hold", v)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFirstWaitAfterSubscription: a waiter's first attempt fails before
+// its subscriptions to the release notices exist, and its pub/sub
+// connections take a while (here half a second per dial). Its first Wait
+// returns only once the masters confirmed the subscriptions, so that its
+// second attempt comes after them and the release that follows that
+// attempt wakes it. Before, the first Wait returned at once, the second
+// attempt came before the subscriptions, and the release went unheard:
+// the waiter (and in a benchmark every contender that started at once)
+// waited for maxWait.
+func TestFirstWaitAfterSubscription(t *testing.T) {
+	g := testserver.RedisN(t, 3)
+	ctx := context.Background()
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			name := fmt.Sprintf("first-wait-%v", fair)
+			hb := open(t, g, "node_timeout=3s")
+			wb := open(t, g, "node_timeout=3s")
+			var slow []*goredis.Client
+			for _, addr := range g.Addrs() {
+				c := goredis.NewClient(&goredis.Options{Addr: addr, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					select {
+					case <-time.After(500 * time.Millisecond):
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+					var d net.Dialer
+					return d.DialContext(ctx, network, addr)
+				}})
+				t.Cleanup(func() { c.Close() })
+				slow = append(slow, c)
+			}
+			redlock.SetPubSubClients(wb, slow)
+
+			gr, _, err := hb.Acquire(ctx, dlock.Request{Name: name, Owner: "holder", TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := dlock.Hold{Name: name, Owner: "holder", Token: gr.Token, Handle: gr.Handle}
+			req := dlock.Request{Name: name, Owner: "waiter", TTL: time.Minute, Wait: true, Fair: fair}
+			_, w, err := wb.Acquire(ctx, req)
+			if !errors.Is(err, dlock.ErrNotAcquired) || w == nil {
+				t.Fatalf("waiting Acquire = %v, %v; want ErrNotAcquired and a waiter", w, err)
+			}
+			defer w.Cancel(ctx)
+			if err := w.Wait(ctxT(t, time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Acquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("second attempt while held = %v, want ErrNotAcquired", err)
+			}
+			if err := hb.Release(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			// maxWait (3 s and up to a quarter more) ends a Wait that
+			// heard nothing; the notice must come well before.
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := w.Wait(wctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := redlock.Woken(wb); n < 1 {
+				t.Fatalf("the release after the waiter's second attempt woke it %d times; its Wait ended without a notice", n)
+			}
+			gr, err = w.Acquire(ctx)
+			if err != nil {
+				t.Fatalf("attempt after the release: %v", err)
+			}
+			if err := wb.Release(ctx, dlock.Hold{Name: name, Owner: "waiter", Token: gr.Token, Handle: gr.Handle}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
