@@ -183,8 +183,9 @@ func (b *Backend) dequeue(i int, name, qid string) {
 // attemptResult is what a failed attempt saw, for the waiter's timing.
 type attemptResult struct {
 	held  []nodeRes
-	split bool // no owner held a quorum: contenders collided
-	near  bool // in a split, this attempt got all but one of a quorum
+	free  []int // masters that answered and that no other owner held
+	split bool  // no owner held a quorum: contenders collided
+	near  bool  // in a split, this attempt got all but one of a quorum
 }
 
 // attempt makes one acquisition attempt on every master: rounds of the
@@ -404,6 +405,11 @@ func (a *attempt) fail(t *tally) attemptResult {
 	// Contenders collided only if this attempt got masters and gave them
 	// back; one that got none waits for the notice of their give-back.
 	res := splitInfo(t.held, b.quorum)
+	for _, r := range slices.Concat(t.granted, t.stale, pending) {
+		if r.err == nil && r.kind != kindHeld {
+			res.free = append(res.free, r.i)
+		}
+	}
 	res.split = res.split && len(t.granted) > 0
 	res.near = res.split && t.nNew >= b.quorum-1
 	return res

@@ -44,12 +44,12 @@ func (p noticePolicy) Notice(_, payload string, waiters []*waiter) {
 	p.b.received.Add(1)
 	for _, w := range waiters {
 		if payload == "" || payload == w.qid {
-			w.notice(p.i)
+			w.notice(p.i, payload != "")
 		}
 	}
 }
 
-func (p noticePolicy) Retry(w *waiter) { w.notice(p.i) }
+func (p noticePolicy) Retry(w *waiter) { w.notice(p.i, false) }
 
 // attach makes w hear the notices on channel ch (one of its lock's) from
 // this master, subscribing unless a subscription is there.

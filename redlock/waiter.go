@@ -24,7 +24,8 @@ type waiter struct {
 	ticket int64
 	done   *atomic.Bool // see attempt.done
 	wake   chan struct{}
-	first  bool // the next Wait returns at once
+	named  chan struct{} // a notice named the waiter before a quorum of them came (see Wait)
+	first  bool          // the next Wait returns at once
 	// attached says, per master and channel, whether the waiter is
 	// attached to its notices; nil while it is attached to none.
 	attached [][2]bool
@@ -33,40 +34,51 @@ type waiter struct {
 
 	mu      sync.Mutex
 	noticed uint64 // masters that sent a release notice since the last attempt
-	free    uint64 // masters that no other owner held at the last attempt
+	heard   bool   // a notice since the last attempt named the waiter
+	free    uint64 // masters that answered the last attempt and that no other owner held
 }
 
-// notice records a release notice from master i and wakes the waiter
-// once enough masters are free for a quorum: a first notice while most
-// masters are still being released would only make an attempt that fails.
-// A master counts once, noticed or free: the notice of a master that was
+// notice records a release notice from master i, which named the waiter
+// or (named false) any waiter of the lock, and wakes the waiter once
+// enough masters are free for a quorum: a first notice while most masters
+// are still being released would only make an attempt that fails. A
+// master counts once, noticed or free: the notice of a master that was
 // free anyway — the give-back of this waiter's own grant there, say —
-// frees nothing more.
-func (w *waiter) notice(i int) {
+// frees nothing more. The first notice that names the waiter without
+// making a quorum tells Wait so (see there).
+func (w *waiter) notice(i int, named bool) {
 	w.mu.Lock()
 	w.noticed |= 1 << (i % 64) // (beyond 64 masters, notices wake early)
 	ready := bits.OnesCount64(w.noticed|w.free) >= w.b.quorum || i >= 64
+	first := named && !w.heard
+	w.heard = w.heard || named
 	w.mu.Unlock()
-	if ready {
+	switch {
+	case ready:
 		select {
 		case w.wake <- struct{}{}:
 			w.b.woken.Add(1)
 		default:
 		}
+	case first:
+		select {
+		case w.named <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// attempted resets the notices for the next attempt, whose result says
-// how many masters were free.
+// attempted records the result of the last attempt, which says which
+// masters were free. A master that did not answer in time (the attempt
+// stopped reading once a quorum was out of reach) is not known to be
+// free: counting it so would wake the waiter on fewer notices than a
+// quorum, before the release reached enough masters.
 func (w *waiter) attempted(res attemptResult) {
 	w.mu.Lock()
 	w.res = res
 	w.free = 0
-	for i := range w.b.nodes {
+	for _, i := range res.free {
 		w.free |= 1 << (i % 64)
-	}
-	for _, r := range res.held {
-		w.free &^= 1 << (r.i % 64)
 	}
 	w.mu.Unlock()
 }
@@ -83,7 +95,7 @@ const maxWait = 3 * time.Second
 
 func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64, done *atomic.Bool) *waiter {
 	ch := b.channel(req.Name)
-	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, done: done, wake: make(chan struct{}, 1), first: true}
+	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, done: done, wake: make(chan struct{}, 1), named: make(chan struct{}, 1), first: true}
 	w.chans = [2]string{ch, ch + ":" + b.id}
 	return w
 }
@@ -180,13 +192,33 @@ func (w *waiter) Wait(ctx context.Context) error {
 	d += time.Duration(rand.Int64N(int64(d/4) + int64(5*time.Millisecond)))
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-w.wake:
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
+	end := time.Now().Add(d)
+	for {
+		select {
+		case <-w.wake:
+			return nil
+		case <-w.named:
+			// A notice named the waiter. Usually the notices of a
+			// quorum follow at once; but where the masters' queues
+			// disagree on their head (as while a crowd of waiters joins
+			// them, each master queueing them in the order their
+			// requests came), the others named other waiters, none of
+			// them may hear a quorum, and nobody would try before
+			// maxWait with the lock free. The promises of those
+			// masters end a node timeout after their notices: try
+			// then, as the other named waiters do.
+			nt := w.b.cfg.nodeTimeout
+			nd := nt + time.Millisecond + time.Duration(rand.Int64N(int64(nt/4)+1))
+			if time.Until(end) > nd {
+				t.Reset(nd)
+				end = time.Now().Add(nd)
+			}
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	return nil
 }
 
 // subscribed waits until every master confirmed the subscriptions to the
@@ -227,10 +259,14 @@ func (w *waiter) subscribed(ctx context.Context) {
 // Acquire makes the next attempt.
 func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	w.mu.Lock()
-	w.noticed = 0
+	w.noticed, w.heard = 0, false
 	w.mu.Unlock()
 	select {
 	case <-w.wake:
+	default:
+	}
+	select {
+	case <-w.named:
 	default:
 	}
 	g, res, err := w.b.attempt(ctx, w.req, w.qid, w.mode, w.ticket, w.done)

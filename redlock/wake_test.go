@@ -442,3 +442,75 @@ func TestFirstWaitAfterSubscription(t *testing.T) {
 		})
 	}
 }
+
+// TestNamedWithoutQuorum: the masters' wait queues disagree on their head
+// (as while a crowd of waiters joins them, each master queueing them in
+// the order their requests came), so that a release names waiter 0 on two
+// masters, waiter 1 on two others and waiter 2 on the fifth, and promises
+// the lock to each there. None of them hears a quorum of notices. Each
+// tries again once those promises can have ended (a node timeout after
+// the notice), instead of all of them waiting for maxWait (3 s) with the
+// lock free, as before.
+func TestNamedWithoutQuorum(t *testing.T) {
+	g := testserver.RedisN(t, 5)
+	ctx := context.Background()
+	const name = "named-without-quorum"
+	hb := open(t, g, "")
+	gr, _, err := hb.Acquire(ctx, dlock.Request{Name: name, Owner: "holder", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := dlock.Hold{Name: name, Owner: "holder", Token: gr.Token, Handle: gr.Handle}
+	type waiting struct {
+		b *redlock.Backend
+		w dlock.Waiter
+	}
+	ws := make([]waiting, 3)
+	for i := range ws {
+		b := open(t, g, "")
+		_, w, err := b.Acquire(ctx, dlock.Request{Name: name, Owner: fmt.Sprintf("waiter%d", i), TTL: time.Minute, Wait: true})
+		if !errors.Is(err, dlock.ErrNotAcquired) || w == nil {
+			t.Fatalf("waiter %d: Acquire = %v, %v; want ErrNotAcquired and a waiter", i, w, err)
+		}
+		defer w.Cancel(ctx)
+		if err := w.Wait(ctxT(t, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Acquire(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("waiter %d: attempt while held = %v, want ErrNotAcquired", i, err)
+		}
+		ws[i] = waiting{b, w}
+	}
+	// Master m keeps in its wait queue only the waiter it is to name.
+	names := []int{0, 0, 1, 1, 2}
+	for m, s := range g.Nodes() {
+		for i, x := range ws {
+			if i == names[m] {
+				continue
+			}
+			for _, k := range []string{"wqueue", "wdeadlines"} {
+				if _, err := s.Do(ctx, "ZREM", "dlock:{"+name+"}:"+k, redlock.WaiterID(x.w)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	var woken []int64
+	for _, x := range ws {
+		woken = append(woken, redlock.Woken(x.b))
+	}
+	if err := hb.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range ws {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := x.w.Wait(wctx)
+		cancel()
+		if err != nil {
+			t.Errorf("waiter %d, named by too few masters for a quorum: Wait = %v; want it to end well before maxWait", i, err)
+		}
+		if n := redlock.Woken(x.b) - woken[i]; n != 0 {
+			t.Errorf("waiter %d was woken %d times by notices that make no quorum", i, n)
+		}
+	}
+}
