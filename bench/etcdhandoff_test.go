@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc"
 )
 
-// BenchmarkEtcdHandoff splits the hand-off of the Contended workload (8
-// lockers, each on its own connection, on one name, 100 µs of work per
-// hold) into where its time goes, for dlock and for concurrency.Mutex,
+// BenchmarkEtcdHandoff splits the hand-off of the Contended and
+// Contended64 workloads (8 or 64 lockers, each on its own connection, on
+// one name, 100 µs of work per hold) into where its time goes, for dlock and for concurrency.Mutex,
 // from what each connection sends and receives (gRPC interceptors):
 //
 //   - release-: from the release request's send (dlock: the transaction
@@ -43,7 +43,7 @@ func BenchmarkEtcdHandoff(b *testing.B) {
 	}
 	endpoints := []string{"http://" + addr}
 	b.Run("dlock", func(b *testing.B) {
-		handoffBreakdown(b, func(b *testing.B, opts []grpc.DialOption) func(context.Context, string) (func(context.Context) error, error) {
+		handoffBreakdowns(b, func(b *testing.B, opts []grpc.DialOption) func(context.Context, string) (func(context.Context) error, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			be, err := etcd.Open(ctx, strings.Join(endpoints, ","), etcd.Prefix("dlockbench"),
@@ -60,7 +60,7 @@ func BenchmarkEtcdHandoff(b *testing.B) {
 		})
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
-		handoffBreakdown(b, func(b *testing.B, opts []grpc.DialOption) func(context.Context, string) (func(context.Context) error, error) {
+		handoffBreakdowns(b, func(b *testing.B, opts []grpc.DialOption) func(context.Context, string) (func(context.Context) error, error) {
 			cfg := etcdConfig(endpoints, &etcdCounter{})
 			cfg.DialOptions = opts
 			cli, err := clientv3.New(cfg)
@@ -185,8 +185,21 @@ func (s *handoffStream) RecvMsg(m any) error {
 	return err
 }
 
-func handoffBreakdown(b *testing.B, newLocker func(*testing.B, []grpc.DialOption) func(context.Context, string) (func(context.Context) error, error)) {
-	const n = 8
+type handoffLocker = func(*testing.B, []grpc.DialOption) func(context.Context, string) (func(context.Context) error, error)
+
+// handoffBreakdowns runs handoffBreakdown with 8 lockers (Contended) and
+// 64 (Contended64).
+func handoffBreakdowns(b *testing.B, newLocker handoffLocker) {
+	for _, n := range []int{8, 64} {
+		name := "Contended"
+		if n != 8 {
+			name += strconv.Itoa(n)
+		}
+		b.Run(name, func(b *testing.B) { handoffBreakdown(b, n, newLocker) })
+	}
+}
+
+func handoffBreakdown(b *testing.B, n int, newLocker handoffLocker) {
 	p := &handoffProbe{events: make([]map[string]time.Time, n)}
 	locks := make([]func(context.Context, string) (func(context.Context) error, error), n)
 	for i := range locks {
