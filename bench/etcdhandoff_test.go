@@ -22,16 +22,17 @@ import (
 
 // BenchmarkEtcdHandoff splits the hand-off of the Contended and
 // Contended64 workloads (8 or 64 lockers, each on its own connection, on
-// one name, 100 µs of work per hold) into where its time goes, for dlock and for concurrency.Mutex,
-// from what each connection sends and receives (gRPC interceptors):
+// one name, 100 µs of work per hold) into where its time goes, for dlock
+// and for concurrency.Mutex, from what each connection sends and receives
+// (gRPC interceptors). Each metric has a p50 and a p99, in µs:
 //
-//   - release-: from the release request's send (dlock: the transaction
+//   - release: from the release request's send (dlock: the transaction
 //     that deletes the key; Mutex: its delete) to its answer;
-//   - event-: from that send to the arrival of the deletion's watch event
+//   - event: from that send to the arrival of the deletion's watch event
 //     at the connection of the locker granted next;
-//   - grant-: from that arrival to the return of that locker's Lock (the
+//   - grant: from that arrival to the return of that locker's Lock (the
 //     requests a waiter makes after the event are in here);
-//   - handoff-: from the release's send to that Lock's return.
+//   - handoff: from the release's send to that Lock's return.
 //
 // It is not one of BenchmarkEtcd's workloads (benchdoc does not run it).
 //
