@@ -107,22 +107,15 @@ func run(c config) error {
 // libraries rather than in every run of one.
 func runBenchmarks(ctx context.Context, c config) ([]byte, error) {
 	// dlocktest.Bench (the SQL backends) puts the workloads under
-	// Default and Fair, one level further down. The single-holder
-	// workloads run first, in a go test of their own (so on servers of
-	// their own): run after the contended ones, they measured what 64
-	// processes had left behind in the server (session mode's uncontended
-	// rate halved after its Contended64).
-	simple := "^(Uncontended|DistinctNames|Default|Fair)$/^(Uncontended|DistinctNames)$"
-	contended := "^(Contended|Contended64|Herd|Default|Fair)$/^(Contended|Contended64|Herd|[0-9]+)$"
+	// Default and Fair.
+	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Herd|Default|Fair)$"
 	type pass struct {
 		bench, benchtime string
 		count            int
 	}
 	var passes []pass
 	for range c.runs {
-		for _, w := range []string{simple, contended} {
-			passes = append(passes, pass{"^Benchmark(" + c.backends + ")$/./" + w, c.benchtime, 1})
-		}
+		passes = append(passes, pass{"^Benchmark(" + c.backends + ")$/./" + workloads, c.benchtime, 1})
 	}
 	passes = append(passes, pass{"^Benchmark(" + c.backends + ")$/^dlock$/^Held$/^(" + c.held + ")$", "1x", c.heldRuns})
 	var all []byte
