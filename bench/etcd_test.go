@@ -127,13 +127,14 @@ func etcdConfig(endpoints []string, ct *etcdCounter) clientv3.Config {
 	}
 }
 
-// newEtcdDlock returns a dlock Client on its own etcd backend.
-func newEtcdDlock(b *testing.B, endpoints []string) (dlocktest.Locker, *etcdCounter) {
+// newEtcdDlock returns a dlock Client on its own etcd backend, whose
+// connection also gets the dial options extra.
+func newEtcdDlock(b *testing.B, endpoints []string, extra ...grpc.DialOption) (etcdDlockLocker, *etcdCounter) {
 	ct := &etcdCounter{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	be, err := etcd.Open(ctx, strings.Join(endpoints, ","), etcd.Prefix("dlockbench"),
-		etcd.ConnectTimeout(10*time.Second), etcd.DialOptions(ct.dialOptions()...))
+		etcd.ConnectTimeout(10*time.Second), etcd.DialOptions(append(ct.dialOptions(), extra...)...))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -156,10 +157,13 @@ func (l etcdDlockLocker) Lock(ctx context.Context, name string) (func(context.Co
 }
 
 // newEtcdMutex returns concurrency.Mutex on its own connection and
-// session (TTL 30 s, kept alive by the session in the background).
-func newEtcdMutex(b *testing.B, endpoints []string) (dlocktest.Locker, *etcdCounter) {
+// session (TTL 30 s, kept alive by the session in the background), whose
+// connection also gets the dial options extra.
+func newEtcdMutex(b *testing.B, endpoints []string, extra ...grpc.DialOption) (etcdMutexLocker, *etcdCounter) {
 	ct := &etcdCounter{}
-	cli, err := clientv3.New(etcdConfig(endpoints, ct))
+	cfg := etcdConfig(endpoints, ct)
+	cfg.DialOptions = append(cfg.DialOptions, extra...)
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,18 +5,13 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/etcd"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 )
 
@@ -45,39 +40,14 @@ func BenchmarkEtcdHandoff(b *testing.B) {
 	endpoints := []string{"http://" + addr}
 	b.Run("dlock", func(b *testing.B) {
 		handoffBreakdowns(b, func(b *testing.B, opts []grpc.DialOption) func(context.Context, string) (func(context.Context) error, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			be, err := etcd.Open(ctx, strings.Join(endpoints, ","), etcd.Prefix("dlockbench"),
-				etcd.ConnectTimeout(10*time.Second), etcd.DialOptions(opts...))
-			if err != nil {
-				b.Fatal(err)
-			}
-			c, err := dlock.New(be)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { c.Close() })
-			return etcdDlockLocker{c}.Lock
+			l, _ := newEtcdDlock(b, endpoints, opts...)
+			return l.Lock
 		})
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		handoffBreakdowns(b, func(b *testing.B, opts []grpc.DialOption) func(context.Context, string) (func(context.Context) error, error) {
-			cfg := etcdConfig(endpoints, &etcdCounter{})
-			cfg.DialOptions = opts
-			cli, err := clientv3.New(cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
-			if err != nil {
-				cli.Close()
-				b.Fatal(err)
-			}
-			b.Cleanup(func() {
-				s.Close()
-				cli.Close()
-			})
-			return etcdMutexLocker{s}.Lock
+			l, _ := newEtcdMutex(b, endpoints, opts...)
+			return l.Lock
 		})
 	})
 }
