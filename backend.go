@@ -129,6 +129,17 @@ type Request struct {
 	// Wait is false for a single attempt (TryLock) and true when the caller
 	// will wait (Lock).
 	Wait bool
+	// Kind is what the name is used as; the zero Kind is a mutex. A
+	// backend sees kinds other than KindMutex only if it implements
+	// [Granter] and said yes to them.
+	Kind Kind
+	// Limit is the most weight the name's holders may hold at once: 1 for
+	// a mutex and an election, N for a semaphore of N, [RWLimit] for a
+	// read-write lock. The Client sets it to at least 1.
+	Limit int
+	// Weight is what this request holds of the limit, 1 <= Weight <=
+	// Limit: 1 for a mutex and a reader, the whole limit for a writer.
+	Weight int
 }
 
 // Grant is a successful acquisition.
@@ -154,6 +165,7 @@ type Hold struct {
 	Owner  string
 	Token  uint64
 	Handle any
+	Kind   Kind // the kind the hold was granted as
 }
 
 // Renewal is one item of a batched renewal.
@@ -170,13 +182,17 @@ type BatchRenewer interface {
 	RenewBatch(ctx context.Context, rs []Renewal) []error
 }
 
-// LockInfo describes one lock as the store sees it, for Inspect and
-// `dlock status`.
+// LockInfo describes one holder of a lock as the store sees it, for
+// Inspect and `dlock status`: a name with several holders (a semaphore, a
+// read-write lock's readers) has a LockInfo per holder.
 type LockInfo struct {
 	Name    string        // the lock's name (the backend's key; in Client.Inspect without its namespace)
 	Owner   string        // the holder's owner id
 	Token   uint64        // the holder's fencing token
 	Count   int           // the holder's reentry count
+	Kind    Kind          // what the name is used as
+	Limit   int           // the name's limit (1 for a mutex; 0 if unknown)
+	Weight  int           // what this holder holds of the limit (1 for a mutex; 0 if unknown)
 	TTL     time.Duration // remaining lease by the store's clock; 0 if unknown
 	Waiters int           // all waiters, fair or not (queue-based stores, mem); -1 if the store cannot see every waiter (Redis, SQL: non-fair waiters leave no trace)
 	Queued  int           // the fair waiters in the store's queue, when Waiters is -1 (a lower bound of the waiters)

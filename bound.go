@@ -167,6 +167,7 @@ type calls struct {
 	limit            *graceLimit
 	ctx              context.Context
 	name, key, owner string
+	kind             Kind
 	fresh            bool // owner was made for this acquisition
 }
 
@@ -191,7 +192,7 @@ func (a calls) compensate() {
 		infos, err := in.Inspect(ctx, a.key)
 		for _, li := range infos {
 			if err == nil && li.Name == a.key && li.Owner == a.owner {
-				err = c.b.Release(ctx, Hold{Name: a.key, Owner: a.owner, Token: li.Token})
+				err = c.b.Release(ctx, Hold{Name: a.key, Owner: a.owner, Token: li.Token, Kind: a.kind})
 				if err == nil {
 					c.cfg.logger.Info("dlock: released a grant whose answer was cut off by the end of its Lock's context",
 						"lock", a.name, "backend", c.desc, "token", li.Token)
@@ -292,7 +293,7 @@ func (a calls) late(g Grant, w Waiter, err error) {
 	rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err == nil {
-		h := Hold{Name: a.key, Owner: a.owner, Token: g.Token, Handle: g.Handle}
+		h := Hold{Name: a.key, Owner: a.owner, Token: g.Token, Handle: g.Handle, Kind: a.kind}
 		if rerr := c.b.Release(rctx, h); rerr != nil {
 			c.cfg.logger.Warn("dlock: releasing a grant that came after its Lock gave up failed; it expires with its TTL",
 				"lock", a.name, "backend", c.desc, "token", g.Token, "err", rerr)

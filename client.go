@@ -161,10 +161,13 @@ func (c *Client) String() string { return c.desc }
 // TryLock; an invalid name or option is reported by them. The options
 // override the client's defaults for this Mutex.
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
-	m := &Mutex{c: c, name: name, cfg: c.cfg}
+	m := &Mutex{spec{c: c, name: name, cfg: c.cfg, kind: KindMutex, limit: 1, weight: 1}}
 	m.cfg.clientOnly, m.cfg.mutexOnly, m.cfg.errs = nil, nil, nil
 	for _, o := range opts {
 		o.apply(&m.cfg)
+	}
+	if m.cfg.weight != 0 {
+		m.cfg.errs.Check(false, "Weight is a Semaphore option: a mutex weighs 1")
 	}
 	return m
 }

@@ -171,7 +171,15 @@ func quoteCut(s string) string {
 // HeldError is the cause a backend gives with [ErrNotAcquired] when it knows
 // who holds the lock. Find it with errors.As.
 type HeldError struct {
+	// Holder is the holder a waiter watches: the only one of a mutex, the
+	// one whose lease ends first of a name with several.
 	Holder Holder
+	// Held and Limit are the weight held and the name's limit when the
+	// name can have several holders; 0 for a mutex.
+	Held, Limit int
+	// Queued is the number of earlier waiters the request may not pass
+	// (a weighted name's queue), when the store knows it.
+	Queued int
 }
 
 // Holder describes the holder of a lock as the backend saw it.
@@ -184,6 +192,16 @@ type Holder struct {
 // Error says who holds the lock.
 func (e *HeldError) Error() string {
 	s := "held by " + quoteCut(e.Holder.Owner)
+	if e.Limit > 0 {
+		s = fmt.Sprintf("%d of %d held", e.Held, e.Limit)
+		if e.Queued > 0 {
+			s += fmt.Sprintf(", %d waiter(s) first", e.Queued)
+		}
+		if e.Holder.Owner == "" {
+			return s
+		}
+		s += "; first to expire: " + quoteCut(e.Holder.Owner)
+	}
 	if e.Holder.Token != 0 {
 		s += fmt.Sprintf(" (token %d)", e.Holder.Token)
 	}

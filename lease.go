@@ -29,6 +29,9 @@ type Lease struct {
 	handle any
 	count  int32
 	slot   int32 // index in the keeper's leases, -1 when not kept; guarded by keeper.mu
+	kind   Kind
+	limit  int32
+	weight int32 // guarded by mu after a Downgrade
 
 	mu         sync.Mutex
 	ttl        time.Duration
@@ -52,11 +55,12 @@ type leaseDone struct {
 	cancel context.CancelFunc
 }
 
-func newLease(c *Client, m *Mutex, key, owner string, g Grant, sent time.Time) *Lease {
+func newLease(c *Client, m *spec, key, owner string, g Grant, sent time.Time) *Lease {
 	l := &Lease{
 		c: c, key: key, owner: owner,
 		token: g.Token, count: int32(min(g.Count, math.MaxInt32)), handle: g.Handle,
 		slot: -1, ttl: m.cfg.ttl, maxHoldEnd: never,
+		kind: m.kind, limit: int32(m.limit), weight: int32(m.weight),
 	}
 	if m.cfg.maxHold > 0 {
 		l.maxHoldEnd = c.instant(sent.Add(m.cfg.maxHold))
@@ -271,7 +275,7 @@ func (l *Lease) awaitRenewalLocked(ctx context.Context, lostEnds bool) error {
 }
 
 func (l *Lease) hold() Hold {
-	return Hold{Name: l.key, Owner: l.owner, Token: l.token, Handle: l.handle}
+	return Hold{Name: l.key, Owner: l.owner, Token: l.token, Handle: l.handle, Kind: l.kind}
 }
 
 // renewTTLLocked returns the TTL to renew with at now, given the lease's

@@ -58,6 +58,7 @@ type config struct {
 	namespace string
 	drift     float64
 	onWait    func(Holder)
+	weight    int // a Semaphore's weight; 0 when not set
 
 	// which client-only or mutex-only options were set, for validation.
 	clientOnly []string
@@ -175,6 +176,18 @@ func Drift(f float64) Option {
 // block.
 func OnWait(fn func(Holder)) Option {
 	return optionFunc(func(c *config) { c.onWait = fn })
+}
+
+// Weight sets the weight of each permit a [Semaphore] acquires: how much
+// of its limit one lease holds (default 1). A weight below 1 or above the
+// limit is [ErrInvalidOption], reported at once by Acquire rather than
+// waited for forever. It is a Semaphore option.
+func Weight(n int) Option {
+	return mutexOption("Weight", func(c *config) {
+		if c.errs.Check(n >= 1, "weight %d is below 1", n) {
+			c.weight = n
+		}
+	})
 }
 
 // clientOption returns an Option, named name in errors, that only a Client

@@ -41,8 +41,10 @@
 package mem
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -76,18 +78,31 @@ type Store struct {
 	mu     sync.Mutex
 	locks  map[string]*lock
 	tokens uint64  // the last token granted, of any name
-	holds  expHeap // the held locks, earliest expiry first
+	holds  expHeap // the holds, earliest expiry first
 }
 
+// lock is the state of a name while it has holders or waiters: its kind
+// and limit (recorded by the request that made it), its holders and its
+// waiters.
 type lock struct {
 	name    string
-	idx     int    // in the Store's holds, or -1
-	owner   string // "" when free
+	kind    dlock.Kind
+	limit   int
+	used    int       // the weights of holders
+	holders []*hold   // in grant order
+	queue   []*waiter // fair waiters in arrival order (every waiter of a weighted name)
+	others  []*waiter // non-fair waiters in arrival order
+}
+
+// hold is one holder of a name.
+type hold struct {
+	l       *lock
+	idx     int // in the Store's holds, or -1
+	owner   string
 	count   int
+	weight  int
 	token   uint64
 	expires time.Time
-	queue   []*waiter // fair waiters in arrival order
-	others  []*waiter // non-fair waiters in arrival order
 }
 
 // NewStore returns an empty store.
@@ -136,6 +151,8 @@ var (
 	_ dlock.Backend      = (*Backend)(nil)
 	_ dlock.BatchRenewer = (*Backend)(nil)
 	_ dlock.Inspector    = (*Backend)(nil)
+	_ dlock.Granter      = (*Backend)(nil)
+	_ dlock.Downgrader   = (*Backend)(nil)
 )
 
 // String describes the backend.
@@ -150,60 +167,102 @@ func (b *Backend) String() string {
 // client the caller passed in outlives a backend made on it.
 func (b *Backend) Close() error { return nil }
 
-// get returns the state of name, creating it. s.mu is held.
-func (s *Store) get(name string) *lock {
-	l := s.locks[name]
+// get returns the state of req's name, creating it with req's kind and
+// limit. s.mu is held.
+func (s *Store) get(req dlock.Request) *lock {
+	l := s.locks[req.Name]
 	if l == nil {
-		l = &lock{name: name, idx: -1}
-		s.locks[name] = l
+		l = &lock{name: req.Name, kind: req.Kind, limit: max(req.Limit, 1)}
+		s.locks[req.Name] = l
 	}
 	return l
 }
 
-// heldLocked reports whether l is held at now, freeing it if it expired.
-// s.mu is held.
-func (s *Store) heldLocked(l *lock, now time.Time) bool {
-	if l.owner != "" && !now.Before(l.expires) {
-		s.free(l)
+// shape refuses req if its kind or limit differs from those recorded for
+// l; a name with no holders nor waiters takes req's. s.mu is held.
+func (l *lock) shape(req dlock.Request) error {
+	if len(l.holders) == 0 && len(l.queue) == 0 && len(l.others) == 0 {
+		l.kind, l.limit = req.Kind, max(req.Limit, 1)
+		return nil
 	}
-	return l.owner != ""
+	return dlock.Conflict(l.kind, l.limit, dlock.Request{Kind: req.Kind, Limit: max(req.Limit, 1)})
 }
 
-// free ends the hold of l. s.mu is held.
-func (s *Store) free(l *lock) {
-	l.owner, l.count = "", 0
-	if l.idx >= 0 {
-		heap.Remove(&s.holds, l.idx)
+// prune frees the holds of l that expired at now. s.mu is held.
+func (s *Store) prune(l *lock, now time.Time) {
+	for i := 0; i < len(l.holders); {
+		if h := l.holders[i]; !now.Before(h.expires) {
+			s.drop(h)
+			continue
+		}
+		i++
+	}
+}
+
+// drop ends hold h, which frees its weight and wakes the first waiter.
+// s.mu is held.
+func (s *Store) drop(h *hold) {
+	l := h.l
+	if i := slices.Index(l.holders, h); i >= 0 {
+		l.holders = slices.Delete(l.holders, i, i+1)
+		l.used -= h.weight
+	}
+	if h.idx >= 0 {
+		heap.Remove(&s.holds, h.idx)
 	}
 	l.wakeFirst()
 }
 
-// expire sets the end of the hold of l. s.mu is held.
-func (s *Store) expire(l *lock, t time.Time) {
-	l.expires = t
-	if l.idx < 0 {
-		heap.Push(&s.holds, l)
+// find returns the hold of owner, or nil.
+func (l *lock) find(owner string) *hold {
+	for _, h := range l.holders {
+		if h.owner == owner {
+			return h
+		}
+	}
+	return nil
+}
+
+// earliest returns the hold whose lease ends first, or nil.
+func (l *lock) earliest() *hold {
+	var e *hold
+	for _, h := range l.holders {
+		if e == nil || h.expires.Before(e.expires) {
+			e = h
+		}
+	}
+	return e
+}
+
+// fits reports whether weight w fits beside the holders.
+func (l *lock) fits(w int) bool { return l.used+max(w, 1) <= l.limit }
+
+// expire sets the end of hold h. s.mu is held.
+func (s *Store) expire(h *hold, t time.Time) {
+	h.expires = t
+	if h.idx < 0 {
+		heap.Push(&s.holds, h)
 	} else {
-		heap.Fix(&s.holds, l.idx)
+		heap.Fix(&s.holds, h.idx)
 	}
 }
 
 // sweep frees up to 16 holds that expired and forgets their names if
-// nobody waits: the bounded share of reclamation each operation does.
-// s.mu is held.
+// nobody holds or waits: the bounded share of reclamation each operation
+// does. s.mu is held.
 func (s *Store) sweep(now time.Time) {
 	for range 16 {
 		if len(s.holds) == 0 || now.Before(s.holds[0].expires) {
 			return
 		}
-		l := s.holds[0]
-		s.free(l)
-		s.tidy(l.name, l)
+		h := s.holds[0]
+		s.drop(h)
+		s.tidy(h.l)
 	}
 }
 
-// expHeap orders held locks by expiry.
-type expHeap []*lock
+// expHeap orders holds by expiry.
+type expHeap []*hold
 
 func (h expHeap) Len() int           { return len(h) }
 func (h expHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
@@ -212,7 +271,7 @@ func (h expHeap) Swap(i, j int) {
 	h[i].idx, h[j].idx = i, j
 }
 func (h *expHeap) Push(x any) {
-	l := x.(*lock)
+	l := x.(*hold)
 	l.idx = len(*h)
 	*h = append(*h, l)
 }
@@ -226,9 +285,10 @@ func (h *expHeap) Pop() any {
 }
 
 // first is the waiter a change of the lock concerns: the head of the fair
-// queue, else the earliest non-fair waiter. Only it is woken when the lock
-// frees, and only it watches the holder's expiry, so a release costs one
-// wake-up however many wait (no herd).
+// queue, else the earliest non-fair waiter. Only it is woken when a hold
+// ends, and only it watches the holders' expiry, so a release costs one
+// wake-up however many wait (no herd); a waiter that is granted wakes the
+// next, so every waiter that now fits is woken in turn.
 func (l *lock) first() *waiter {
 	switch {
 	case len(l.queue) > 0:
@@ -239,8 +299,8 @@ func (l *lock) first() *waiter {
 	return nil
 }
 
-// wakeFirst wakes the first waiter: to try (the lock is free) or to watch
-// the expiry of a hold it is now first for.
+// wakeFirst wakes the first waiter: to try (there may be room) or to
+// watch the expiry of a hold it is now first for.
 func (l *lock) wakeFirst() {
 	if w := l.first(); w != nil {
 		select {
@@ -251,40 +311,69 @@ func (l *lock) wakeFirst() {
 }
 
 // tidy forgets a lock state that holds nothing. s.mu is held.
-func (s *Store) tidy(name string, l *lock) {
-	if l.owner == "" && len(l.queue) == 0 && len(l.others) == 0 {
-		delete(s.locks, name)
+func (s *Store) tidy(l *lock) {
+	if len(l.holders) == 0 && len(l.queue) == 0 && len(l.others) == 0 && s.locks[l.name] == l {
+		delete(s.locks, l.name)
 	}
 }
 
 // try is one atomic attempt for req by waiter w (nil for a newcomer): it
-// re-enters the owner's own hold (the same token, count+1), refuses naming
-// the holder (a *dlock.HeldError lets Lock report who holds it), or grants
-// with a token from the store's counter, which never goes back. s.mu is
-// held.
+// refuses a kind or limit other than the name's, re-enters the owner's own
+// hold (the same token, count+1; more weight than it holds is an upgrade,
+// refused), refuses naming a holder when the request does not fit or would
+// pass an earlier fair waiter (a *dlock.HeldError lets Lock report who
+// holds it), or grants with a token from the store's counter, which never
+// goes back. s.mu is held.
 func (s *Store) try(req dlock.Request, w *waiter, now time.Time) (dlock.Grant, error) {
-	l := s.get(req.Name)
-	if s.heldLocked(l, now) {
-		if l.owner == req.Owner {
-			l.count++
-			s.expire(l, later(l.expires, now.Add(req.TTL)))
-			return dlock.Grant{Token: l.token, Count: l.count}, nil
-		}
-		return dlock.Grant{}, &dlock.HeldError{Holder: dlock.Holder{Owner: l.owner, Token: l.token, TTL: l.expires.Sub(now)}}
+	l := s.get(req)
+	s.prune(l, now)
+	if err := l.shape(req); err != nil {
+		return dlock.Grant{}, err
 	}
-	// Free: fair waiters go first, in order.
+	if h := l.find(req.Owner); h != nil {
+		if req.Weight > h.weight {
+			return dlock.Grant{}, fmt.Errorf("holds %d, asks %d: %w", h.weight, req.Weight, dlock.ErrUpgrade)
+		}
+		h.count++
+		s.expire(h, later(h.expires, now.Add(req.TTL)))
+		return dlock.Grant{Token: h.token, Count: h.count}, nil
+	}
+	if !l.fits(req.Weight) {
+		return dlock.Grant{}, l.held(now)
+	}
+	// Room: fair waiters go first, in order.
 	if len(l.queue) > 0 && (w == nil || l.queue[0] != w) {
+		if l.limit > 1 {
+			e := l.held(now)
+			e.Queued = len(l.queue)
+			return dlock.Grant{}, e
+		}
 		return dlock.Grant{}, fmt.Errorf("%w: free, but %d fair waiter(s) are queued first", dlock.ErrNotAcquired, len(l.queue))
 	}
 	if w != nil && len(l.queue) > 0 {
 		l.queue = l.queue[1:]
 		w.queued = false
-		l.wakeFirst() // the new first watches the new hold's expiry
+		l.wakeFirst() // the new first tries (it may fit too) or watches the expiry
 	}
 	s.tokens++
-	l.owner, l.count, l.token = req.Owner, 1, s.tokens
-	s.expire(l, now.Add(req.TTL))
-	return dlock.Grant{Token: l.token, Count: 1}, nil
+	h := &hold{l: l, idx: -1, owner: req.Owner, count: 1, weight: max(req.Weight, 1), token: s.tokens}
+	l.holders = append(l.holders, h)
+	l.used += h.weight
+	s.expire(h, now.Add(req.TTL))
+	return dlock.Grant{Token: h.token, Count: 1}, nil
+}
+
+// held returns the refusal of a request that does not fit: the holder
+// whose lease ends first, and for a weighted name what is held of what.
+func (l *lock) held(now time.Time) *dlock.HeldError {
+	e := &dlock.HeldError{}
+	if h := l.earliest(); h != nil {
+		e.Holder = dlock.Holder{Owner: h.owner, Token: h.token, TTL: h.expires.Sub(now)}
+	}
+	if l.limit > 1 {
+		e.Held, e.Limit = l.used, l.limit
+	}
+	return e
 }
 
 func later(a, b time.Time) time.Time {
@@ -306,26 +395,28 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sweep(time.Now())
+	now := time.Now()
+	s.sweep(now)
 	var w *waiter
 	if req.Wait && req.Fair {
 		// A fair request takes its place in the queue before it looks, so
 		// that it cannot pass those already waiting.
-		l := s.get(req.Name)
-		if len(l.queue) > 0 || s.heldLocked(l, time.Now()) && l.owner != req.Owner {
+		l := s.get(req)
+		s.prune(l, now)
+		if l.shape(req) == nil && l.find(req.Owner) == nil && (len(l.queue) > 0 || !l.fits(req.Weight)) {
 			w = &waiter{s: s, req: req, queued: true, wake: make(chan struct{}, 1)}
 			l.queue = append(l.queue, w)
 		}
 	}
-	g, err := s.try(req, w, time.Now())
+	g, err := s.try(req, w, now)
 	if err != nil {
-		if !req.Wait {
-			s.tidy(req.Name, s.get(req.Name))
+		if !req.Wait || !errors.Is(err, dlock.ErrNotAcquired) {
+			s.tidy(s.get(req))
 			return dlock.Grant{}, nil, err
 		}
 		if w == nil {
 			w = &waiter{s: s, req: req, counted: true, wake: make(chan struct{}, 1)}
-			l := s.get(req.Name)
+			l := s.get(req)
 			l.others = append(l.others, w)
 		}
 		return dlock.Grant{}, w, err
@@ -343,24 +434,24 @@ type waiter struct {
 	wake    chan struct{} // a token when the waiter should look again
 }
 
-// Wait blocks until the lock changes or its holder's TTL runs out: it is
-// woken by the release itself, never by polling, and returns at once when
-// the lock is already free for it. An early return is allowed; the
+// Wait blocks until a hold of the name ends or the first holder's TTL runs
+// out: it is woken by the release itself, never by polling, and returns at
+// once when there is room for it already. An early return is allowed; the
 // Client's next Acquire tells.
 func (w *waiter) Wait(ctx context.Context) error {
 	s := w.s
 	s.mu.Lock()
-	l := s.get(w.req.Name)
+	l := s.get(w.req)
 	now := time.Now()
-	free := !s.heldLocked(l, now)
-	if free && (w.queued && l.queue[0] == w || !w.queued && len(l.queue) == 0) {
+	s.prune(l, now)
+	if l.fits(w.req.Weight) && (w.queued && l.queue[0] == w || !w.queued && len(l.queue) == 0) {
 		s.mu.Unlock()
 		return ctx.Err()
 	}
 	ch := w.wake
 	var left time.Duration = -1
-	if l.owner != "" && l.first() == w {
-		left = l.expires.Sub(now)
+	if h := l.earliest(); h != nil && l.first() == w {
+		left = h.expires.Sub(now)
 	}
 	s.mu.Unlock()
 	var expired <-chan time.Time
@@ -402,7 +493,7 @@ func (w *waiter) uncount() {
 		return
 	}
 	w.counted = false
-	l := w.s.get(w.req.Name)
+	l := w.s.get(w.req)
 	if i := slices.Index(l.others, w); i >= 0 {
 		l.others = slices.Delete(l.others, i, i+1)
 		if i == 0 {
@@ -413,7 +504,7 @@ func (w *waiter) uncount() {
 
 // Cancel withdraws the waiter and leaves nothing behind; when it was the
 // head of the fair queue, the next waiter is signalled so that it is not
-// held up by a waiter that is gone.
+// held up by a waiter that is gone (and may now fit).
 func (w *waiter) Cancel(context.Context) error {
 	s := w.s
 	s.mu.Lock()
@@ -421,37 +512,41 @@ func (w *waiter) Cancel(context.Context) error {
 	if !w.queued {
 		if w.counted {
 			w.uncount()
-			s.tidy(w.req.Name, s.get(w.req.Name))
+			s.tidy(s.get(w.req))
 		}
 		return nil
 	}
 	w.queued = false
-	l := s.get(w.req.Name)
+	l := s.get(w.req)
 	if i := slices.Index(l.queue, w); i >= 0 {
 		l.queue = slices.Delete(l.queue, i, i+1)
 		if i == 0 {
 			l.wakeFirst()
 		}
 	}
-	s.tidy(w.req.Name, l)
+	s.tidy(l)
 	return nil
 }
 
-// owned returns the lock state of h if h still holds it, and otherwise an
+// owned returns the hold h names if it is still held, and otherwise an
 // ErrLeaseLost error: Renew and Release act only for the owner and token
-// that hold the name. s.mu is held.
-func (s *Store) owned(h dlock.Hold, now time.Time) (*lock, error) {
+// that hold. s.mu is held.
+func (s *Store) owned(h dlock.Hold, now time.Time) (*hold, error) {
 	l := s.locks[h.Name]
-	if l == nil || !s.heldLocked(l, now) {
-		if l != nil {
-			s.tidy(h.Name, l)
+	if l != nil {
+		s.prune(l, now)
+		if hd := l.find(h.Owner); hd != nil {
+			if hd.token != h.Token {
+				return nil, fmt.Errorf("%w: %q holds it with token %d, not %d", dlock.ErrLeaseLost, hd.owner, hd.token, h.Token)
+			}
+			return hd, nil
 		}
-		return nil, fmt.Errorf("%w: token %d expired or released", dlock.ErrLeaseLost, h.Token)
+		s.tidy(l)
 	}
-	if l.owner != h.Owner || l.token != h.Token {
-		return nil, fmt.Errorf("%w: held by %q with token %d", dlock.ErrLeaseLost, l.owner, l.token)
+	if l != nil && len(l.holders) == 1 {
+		return nil, fmt.Errorf("%w: held by %q with token %d", dlock.ErrLeaseLost, l.holders[0].owner, l.holders[0].token)
 	}
-	return l, nil
+	return nil, fmt.Errorf("%w: token %d expired or released", dlock.ErrLeaseLost, h.Token)
 }
 
 // Renew extends a hold.
@@ -465,11 +560,11 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 }
 
 func (s *Store) renew(h dlock.Hold, ttl time.Duration, now time.Time) error {
-	l, err := s.owned(h, now)
+	hd, err := s.owned(h, now)
 	if err != nil {
 		return err
 	}
-	s.expire(l, now.Add(ttl))
+	s.expire(hd, now.Add(ttl))
 	return nil
 }
 
@@ -491,8 +586,8 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	return errs
 }
 
-// Release gives up one hold; at count zero it frees the name, which wakes
-// its waiters (see free).
+// Release gives up one hold; at count zero it frees the hold's weight,
+// which wakes the first waiter (see drop).
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -500,16 +595,41 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, err := s.owned(h, time.Now())
+	hd, err := s.owned(h, time.Now())
 	if err != nil {
 		return err
 	}
-	l.count--
-	if l.count == 0 {
-		s.free(l)
-		s.tidy(h.Name, l)
+	hd.count--
+	if hd.count == 0 {
+		s.drop(hd)
+		s.tidy(hd.l)
 	}
 	s.sweep(time.Now())
+	return nil
+}
+
+// CanGrant says yes to every kind: the store is exact within the process.
+func (b *Backend) CanGrant(kind dlock.Kind, limit int) error { return nil }
+
+// Downgrade lowers the weight of a hold in place (a writer becoming a
+// reader) and wakes the first waiter, which may now fit.
+func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hd, err := s.owned(h, time.Now())
+	if err != nil {
+		return err
+	}
+	if weight < 1 || weight > hd.weight {
+		return fmt.Errorf("holds %d, asks %d: %w", hd.weight, weight, dlock.ErrUpgrade)
+	}
+	hd.l.used -= hd.weight - weight
+	hd.weight = weight
+	hd.l.wakeFirst()
 	return nil
 }
 
@@ -528,7 +648,8 @@ func (s *Store) Count(prefix string) int {
 	return n
 }
 
-// Inspect lists the held locks whose names start with prefix.
+// Inspect lists the holders of the names that start with prefix, one
+// LockInfo per holder.
 func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, error) {
 	s := b.s
 	s.mu.Lock()
@@ -539,12 +660,19 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
-		if !s.heldLocked(l, now) {
-			s.tidy(name, l)
-			continue
+		s.prune(l, now)
+		for _, h := range l.holders {
+			out = append(out, dlock.LockInfo{Name: name, Owner: h.owner, Token: h.token, Count: h.count,
+				Kind: l.kind, Limit: l.limit, Weight: h.weight,
+				TTL: h.expires.Sub(now), Waiters: len(l.queue) + len(l.others)})
 		}
-		out = append(out, dlock.LockInfo{Name: name, Owner: l.owner, Token: l.token, Count: l.count, TTL: l.expires.Sub(now), Waiters: len(l.queue) + len(l.others)})
+		s.tidy(l)
 	}
-	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b dlock.LockInfo) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Token, b.Token)
+	})
 	return out, nil
 }
