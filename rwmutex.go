@@ -109,6 +109,9 @@ func (l *Lease) Downgrade(ctx context.Context) error {
 	defer c.leave(limit)
 	h := l.hold()
 	err = bounded0(c, limit, ctx, func(ctx context.Context) error { return d.Downgrade(ctx, h, 1) }, nil)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return fail(ErrInvalidOption, err)
+	}
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			l.mu.Lock()

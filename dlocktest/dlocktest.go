@@ -96,6 +96,14 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 		{"WokenNotPolling", (*suite).wokenNotPolling},
 		{"ExtremeTTL", (*suite).extremeTTL},
 		{"NamespaceIsolation", (*suite).namespaceIsolation},
+		{"SemaphoreLimit", (*suite).semaphoreLimit},
+		{"SemaphorePermitExpiry", (*suite).permitExpiry},
+		{"SemaphoreQueue", (*suite).weightedQueue},
+		{"WeightedInput", (*suite).weightedInput},
+		{"RWExclusion", (*suite).rwExclusion},
+		{"RWTokens", (*suite).weightedTokens},
+		{"RWWriterNotStarved", (*suite).writerNotStarved},
+		{"RWDowngrade", (*suite).downgrade},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if cfg.leakCheck {
@@ -251,4 +259,41 @@ func (s *suite) mustBeHeld(c *dlock.Client, name string) {
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		s.t.Fatalf("TryLock(%q): %v, want ErrNotAcquired", name, err)
 	}
+}
+
+// forward gives the suite's backend wrappers the weighted grants of the
+// backend they wrap: without CanGrant a Client grants mutexes only.
+type forward struct{ b dlock.Backend }
+
+func (f forward) CanGrant(kind dlock.Kind, limit int) error {
+	if g, ok := f.b.(dlock.Granter); ok {
+		return g.CanGrant(kind, limit)
+	}
+	return fmt.Errorf("%w: %s grants mutexes only", errors.ErrUnsupported, f.b)
+}
+
+func (f forward) Downgrade(ctx context.Context, h dlock.Hold, weight int) error {
+	if d, ok := f.b.(dlock.Downgrader); ok {
+		return d.Downgrade(ctx, h, weight)
+	}
+	return fmt.Errorf("%w: %s cannot downgrade", errors.ErrUnsupported, f.b)
+}
+
+func (c *crashable) CanGrant(kind dlock.Kind, limit int) error {
+	return forward{c.Backend}.CanGrant(kind, limit)
+}
+
+func (c *crashable) Downgrade(ctx context.Context, h dlock.Hold, weight int) error {
+	if c.crashed.Load() {
+		return errCrashed
+	}
+	return forward{c.Backend}.Downgrade(ctx, h, weight)
+}
+
+func (o *observed) CanGrant(kind dlock.Kind, limit int) error {
+	return forward{o.Backend}.CanGrant(kind, limit)
+}
+
+func (o *observed) Downgrade(ctx context.Context, h dlock.Hold, weight int) error {
+	return forward{o.Backend}.Downgrade(ctx, h, weight)
 }

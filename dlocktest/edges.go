@@ -92,6 +92,13 @@ func (w *observedWaiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 // returns once the backend has queued it, with a channel for its result;
 // or an error if Lock returned instead of waiting.
 func startWaiting(c *dlock.Client, name string, ctx context.Context, opts ...dlock.Option) (<-chan lockResult, error) {
+	return startWaitingFn(c, name, func() (*dlock.Lease, error) { return c.Mutex(name, opts...).Lock(ctx) })
+}
+
+// startWaitingFn starts lock, an acquisition of name on c (a client on an
+// observed backend), and returns once the backend has registered it as a
+// waiter.
+func startWaitingFn(c *dlock.Client, name string, lock func() (*dlock.Lease, error)) (<-chan lockResult, error) {
 	obs, ok := c.Backend().(*observed)
 	if !ok {
 		return nil, errors.New("dlocktest: startWaiting needs a client on an observed backend")
@@ -99,7 +106,7 @@ func startWaiting(c *dlock.Client, name string, ctx context.Context, opts ...dlo
 	n0, changed := obs.state()
 	res := make(chan lockResult, 1)
 	go func() {
-		l, err := c.Mutex(name, opts...).Lock(ctx)
+		l, err := lock()
 		res <- lockResult{l, err}
 	}()
 	for {
