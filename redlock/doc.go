@@ -41,6 +41,17 @@
 // these assumptions; for a lock whose safety must not depend on timing,
 // use a consensus store (the zookeeper and etcd backends).
 //
+// # Semaphores and read-write locks
+//
+// Refused (see [Backend.CanGrant]), with an error matching
+// dlock.ErrInvalidOption. A grant counts only when a majority of masters
+// made it, and any two majorities share a master — which bounds a count of
+// 1 and no more: with 3 masters and a limit of 2, permits granted by
+// masters {1,2}, {2,3} and {1,3} put 3 permits out while every master
+// counts 2. A quorum of all masters would bound it but loses the
+// availability Redlock is for, so a semaphore or read-write lock needs a
+// single Redis (redis://, Sentinel or Cluster) or another store.
+//
 // # How it works
 //
 // Acquire sends one script to every master in parallel, each call bounded
