@@ -34,7 +34,7 @@ func (s *suite) exclusion() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m := cs[g%clients].Mutex(name)
+			m := s.mutex(cs[g%clients], name)
 			for range s.cfg.grants {
 				l, err := m.Lock(s.ctx(time.Minute))
 				if err != nil {
@@ -80,7 +80,7 @@ func (s *suite) tokensIncrease() {
 		if i%2 == 1 {
 			c = b
 		}
-		l := s.lock(c.Mutex(name))
+		l := s.lock(s.mutex(c, name))
 		if l.Token() <= last {
 			s.t.Fatalf("grant %d: token %d is not above the previous %d", i, l.Token(), last)
 		}
@@ -91,7 +91,7 @@ func (s *suite) tokensIncrease() {
 		s.unlock(l)
 	}
 	// Another name has its own sequence, which also only goes up.
-	l := s.lock(a.Mutex(s.name("t2")))
+	l := s.lock(s.mutex(a, s.name("t2")))
 	if l.Token() == 0 {
 		s.t.Fatalf("token 0 granted")
 	}

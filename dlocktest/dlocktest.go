@@ -105,29 +105,58 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 		{"RWWriterNotStarved", (*suite).writerNotStarved},
 		{"RWDowngrade", (*suite).downgrade},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if cfg.leakCheck {
-				// Registered first, so it runs after every other clean-up of
-				// the subtest, the factory's included.
-				ignore := goleak.IgnoreCurrent()
-				t.Cleanup(func() {
-					if !t.Failed() {
-						// A driver's connection goroutines end a little
-						// after the pool's Close; on a loaded machine that
-						// took longer than goleak's own ~2 s of retries (a
-						// go-sql-driver watcher, in CI): allow ~10 s.
-						for end := time.Now().Add(8 * time.Second); goleak.Find(ignore) != nil && time.Now().Before(end); {
-							time.Sleep(100 * time.Millisecond)
-						}
-						goleak.VerifyNone(t, ignore)
-					}
-				})
+		t.Run(tc.name, func(t *testing.T) { runItem(t, newBackend, cfg, tc.name, tc.fn, dlock.KindMutex) })
+	}
+	// The mutex items again through a Semaphore of 1 and an RWMutex's
+	// writer: each backend's weighted path must behave as its mutex.
+	for _, via := range []dlock.Kind{dlock.KindSemaphore, dlock.KindRWMutex} {
+		for _, tc := range []struct {
+			name string
+			fn   func(*suite)
+		}{
+			{"Exclusion", (*suite).exclusion},
+			{"TokensIncrease", (*suite).tokensIncrease},
+			{"ExpiryAfterAbandon", (*suite).expiryAfterAbandon},
+			{"ReleaseAfterLoss", (*suite).releaseAfterLoss},
+			{"Renewal", (*suite).renewal},
+			{"ReentrantOwner", (*suite).reentrantOwner},
+			{"ReentrantContext", (*suite).reentrantContext},
+			{"TryLockWhileHeld", (*suite).tryLockWhileHeld},
+			{"CancelledWaiter", (*suite).cancelledWaiter},
+		} {
+			name := "Via" + map[dlock.Kind]string{dlock.KindSemaphore: "Semaphore1", dlock.KindRWMutex: "RWWriter"}[via] + "/" + tc.name
+			t.Run(name, func(t *testing.T) {
+				runItem(t, newBackend, cfg, name, func(s *suite) {
+					s.grants(via)
+					tc.fn(s)
+				}, via)
+			})
+		}
+	}
+}
+
+// runItem runs one item with the leak check and the watchdog.
+func runItem(t *testing.T, newBackend Factory, cfg config, name string, fn func(*suite), via dlock.Kind) {
+	if cfg.leakCheck {
+		// Registered first, so it runs after every other clean-up of
+		// the subtest, the factory's included.
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() {
+			if !t.Failed() {
+				// A driver's connection goroutines end a little
+				// after the pool's Close; on a loaded machine that
+				// took longer than goleak's own ~2 s of retries (a
+				// go-sql-driver watcher, in CI): allow ~10 s.
+				for end := time.Now().Add(8 * time.Second); goleak.Find(ignore) != nil && time.Now().Before(end); {
+					time.Sleep(100 * time.Millisecond)
+				}
+				goleak.VerifyNone(t, ignore)
 			}
-			stop := watchdog(t, cfg.watchdog)
-			defer stop()
-			tc.fn(&suite{t: t, f: newBackend, cfg: cfg, prefix: "dlocktest/" + randHex(6) + "/" + tc.name + "/"})
 		})
 	}
+	stop := watchdog(t, cfg.watchdog)
+	defer stop()
+	fn(&suite{t: t, f: newBackend, cfg: cfg, prefix: "dlocktest/" + randHex(6) + "/" + name + "/", via: via})
 }
 
 // watchdog ends the test binary with every goroutine's stack if the test
@@ -153,6 +182,32 @@ type suite struct {
 	f      Factory
 	cfg    config
 	prefix string
+	via    dlock.Kind // what the mutex items lock through: KindMutex, a Semaphore(1), or an RWMutex's writer
+}
+
+// locker is what the mutex items lock: a Mutex, or the same through a
+// Semaphore of 1 or the writer side of an RWMutex, which must behave
+// alike.
+type locker interface {
+	Lock(ctx context.Context) (*dlock.Lease, error)
+	TryLock(ctx context.Context) (*dlock.Lease, error)
+	Name() string
+}
+
+type semLocker struct{ *dlock.Semaphore }
+
+func (l semLocker) Lock(ctx context.Context) (*dlock.Lease, error)    { return l.Acquire(ctx) }
+func (l semLocker) TryLock(ctx context.Context) (*dlock.Lease, error) { return l.TryAcquire(ctx) }
+
+// mutex returns the lock called name on c, as the item group runs it.
+func (s *suite) mutex(c *dlock.Client, name string, opts ...dlock.Option) locker {
+	switch s.via {
+	case dlock.KindSemaphore:
+		return semLocker{c.Semaphore(name, 1, opts...)}
+	case dlock.KindRWMutex:
+		return c.RWMutex(name, opts...)
+	}
+	return c.Mutex(name, opts...)
 }
 
 // name returns a lock name unique to this run of the subtest.
@@ -221,7 +276,7 @@ func (s *suite) ctx(d time.Duration) context.Context {
 	return ctx
 }
 
-func (s *suite) lock(m *dlock.Mutex) *dlock.Lease {
+func (s *suite) lock(m locker) *dlock.Lease {
 	s.t.Helper()
 	l, err := m.Lock(s.ctx(time.Minute))
 	if err != nil {
@@ -241,7 +296,7 @@ func (s *suite) unlock(l *dlock.Lease) {
 // (when says after what, for the message), and returns the lease.
 func (s *suite) mustBeFree(c *dlock.Client, name, when string) *dlock.Lease {
 	s.t.Helper()
-	l, err := c.Mutex(name).TryLock(s.ctx(time.Minute))
+	l, err := s.mutex(c, name).TryLock(s.ctx(time.Minute))
 	if err != nil {
 		s.t.Fatalf("TryLock %s: %v", when, err)
 	}
@@ -251,7 +306,7 @@ func (s *suite) mustBeFree(c *dlock.Client, name, when string) *dlock.Lease {
 // mustBeHeld checks that another owner cannot take the lock now.
 func (s *suite) mustBeHeld(c *dlock.Client, name string) {
 	s.t.Helper()
-	l, err := c.Mutex(name).TryLock(s.ctx(time.Minute))
+	l, err := s.mutex(c, name).TryLock(s.ctx(time.Minute))
 	if err == nil {
 		l.Unlock(context.Background())
 		s.t.Fatalf("TryLock(%q) by another owner succeeded; the lock should be held", name)

@@ -14,7 +14,7 @@ func (s *suite) abandon(name string) (*dlock.Lease, *crashable) {
 	s.t.Helper()
 	cb := &crashable{Backend: s.f(s.t)}
 	a := s.clientOn(cb, dlock.TTL(s.cfg.ttl))
-	l := s.lock(a.Mutex(name))
+	l := s.lock(s.mutex(a, name))
 	cb.crash()
 	return l, cb
 }
@@ -23,7 +23,7 @@ func (s *suite) expiryAfterAbandon() {
 	name := s.name("e")
 	b := s.client()
 	lost, _ := s.abandon(name)
-	l := s.lock(b.Mutex(name)) // waits for the expiry
+	l := s.lock(s.mutex(b, name)) // waits for the expiry
 	if err := lost.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
 		s.t.Errorf("when another owner was granted the lock, the abandoned lease's Err() = %v, want ErrLeaseLost", err)
 	}
@@ -45,7 +45,7 @@ func (s *suite) releaseAfterLoss() {
 	name := s.name("r")
 	lost, _ := s.abandon(name)
 	b, other := s.client(), s.client()
-	l := s.lock(b.Mutex(name))
+	l := s.lock(s.mutex(b, name))
 	// The crashed process comes back and releases: its backend is gone, so
 	// replay the release on a live backend as the stale holder would.
 	live := s.f(s.t)
@@ -72,7 +72,7 @@ func (s *suite) renewal() {
 	name := s.name("n")
 	ttl := s.cfg.ttl
 	a, b := s.client(dlock.TTL(ttl)), s.client()
-	l := s.lock(a.Mutex(name))
+	l := s.lock(s.mutex(a, name))
 	first := l.Deadline()
 	end := time.Now().Add(5*ttl + ttl/2)
 	for time.Now().Before(end) {
@@ -99,7 +99,7 @@ func (s *suite) maxHold() {
 	// MaxHold counts from when the acquisition was sent, so the hold is
 	// measured from before Lock: a Lock slowed by load returns late.
 	start := time.Now()
-	l := s.lock(a.Mutex(name, dlock.TTL(ttl), dlock.MaxHold(2*ttl)))
+	l := s.lock(s.mutex(a, name, dlock.TTL(ttl), dlock.MaxHold(2*ttl)))
 	select {
 	case <-l.Done():
 	case <-time.After(2*ttl + 10*time.Second):
@@ -112,7 +112,7 @@ func (s *suite) maxHold() {
 		s.t.Errorf("Err() after MaxHold = %v, want ErrLeaseLost", err)
 	}
 	// The lock frees: released at MaxHold, or at worst expired one TTL later.
-	l2 := s.lock(b.Mutex(name))
+	l2 := s.lock(s.mutex(b, name))
 	if l2.Token() <= l.Token() {
 		s.t.Errorf("token after MaxHold %d is not above %d", l2.Token(), l.Token())
 	}
@@ -127,7 +127,7 @@ func (s *suite) extend() {
 	ttl := s.cfg.ttl
 	cb := &crashable{Backend: s.f(s.t)}
 	a, b := s.clientOn(cb, dlock.TTL(ttl)), s.client()
-	l := s.lock(a.Mutex(name))
+	l := s.lock(s.mutex(a, name))
 	before := l.Deadline()
 	if err := l.Extend(s.ctx(time.Minute), 10*ttl); err != nil {
 		s.t.Fatalf("Extend: %v", err)

@@ -12,19 +12,19 @@ func (s *suite) reentrantOwner() {
 	name := s.name("o")
 	owner := "dlocktest-owner-" + randHex(4)
 	a, a2, b := s.client(), s.client(), s.client()
-	outer := s.lock(a.Mutex(name, dlock.Owner(owner)))
+	outer := s.lock(s.mutex(a, name, dlock.Owner(owner)))
 	if outer.Owner() != owner || outer.Holds() != 1 {
 		s.t.Fatalf("outer lease: owner %q holds %d, want %q and 1", outer.Owner(), outer.Holds(), owner)
 	}
 	// The same owner through another client (another process) re-enters.
-	inner, err := a2.Mutex(name, dlock.Owner(owner)).TryLock(s.ctx(time.Minute))
+	inner, err := s.mutex(a2, name, dlock.Owner(owner)).TryLock(s.ctx(time.Minute))
 	if err != nil {
 		s.t.Fatalf("reentrant TryLock: %v", err)
 	}
 	if inner.Token() != outer.Token() || inner.Holds() != 2 {
 		s.t.Fatalf("reentrant lease: token %d holds %d, want token %d holds 2", inner.Token(), inner.Holds(), outer.Token())
 	}
-	inner2 := s.lock(a.Mutex(name, dlock.Owner(owner)))
+	inner2 := s.lock(s.mutex(a, name, dlock.Owner(owner)))
 	if inner2.Token() != outer.Token() || inner2.Holds() != 3 {
 		s.t.Fatalf("second reentrant lease: token %d holds %d, want token %d holds 3", inner2.Token(), inner2.Holds(), outer.Token())
 	}
@@ -44,7 +44,7 @@ func (s *suite) reentrantOwner() {
 func (s *suite) reentrantContext() {
 	name := s.name("c")
 	a, b := s.client(), s.client()
-	m := a.Mutex(name)
+	m := s.mutex(a, name)
 	outer := s.lock(m)
 	ctx := dlock.WithLease(s.ctx(time.Minute), outer)
 	inner, err := m.Lock(ctx)
@@ -63,7 +63,7 @@ func (s *suite) reentrantContext() {
 		s.t.Fatalf("TryLock without the lease in the context: %v, want ErrNotAcquired", err)
 	}
 	// A lease of another name in the context changes nothing.
-	other := s.lock(a.Mutex(s.name("c-other")))
+	other := s.lock(s.mutex(a, s.name("c-other")))
 	if l, err := m.TryLock(dlock.WithLease(s.ctx(time.Minute), other)); !errors.Is(err, dlock.ErrNotAcquired) {
 		if err == nil {
 			l.Unlock(context.Background())

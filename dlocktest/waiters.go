@@ -15,7 +15,8 @@ import (
 // for its result. c must come from waiterClient.
 func (s *suite) waitFor(c *dlock.Client, name string, ctx context.Context, opts ...dlock.Option) <-chan lockResult {
 	s.t.Helper()
-	res, err := startWaiting(c, name, ctx, opts...)
+	m := s.mutex(c, name, opts...)
+	res, err := startWaitingFn(c, name, func() (*dlock.Lease, error) { return m.Lock(ctx) })
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -71,9 +72,9 @@ func (s *suite) fairFIFO() {
 func (s *suite) tryLockWhileHeld() {
 	name := s.name("try")
 	a, b := s.client(), s.client()
-	l := s.lock(a.Mutex(name))
+	l := s.lock(s.mutex(a, name))
 	ctx := s.ctx(time.Minute)
-	_, err := b.Mutex(name).TryLock(ctx)
+	_, err := s.mutex(b, name).TryLock(ctx)
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		s.t.Fatalf("TryLock while held: %v, want ErrNotAcquired", err)
 	}
@@ -85,7 +86,7 @@ func (s *suite) tryLockWhileHeld() {
 		s.t.Errorf("TryLock says the holder is %q, want %q", held.Holder.Owner, l.Owner())
 	}
 	s.unlock(l)
-	l2, err := b.Mutex(name).TryLock(ctx)
+	l2, err := s.mutex(b, name).TryLock(ctx)
 	if err != nil {
 		s.t.Fatalf("TryLock after release: %v", err)
 	}
@@ -106,7 +107,7 @@ func (s *suite) cancelled(fair bool) {
 		opts = append(opts, dlock.Fair())
 	}
 	a, b, c := s.client(dlock.TTL(time.Minute)), s.waiterClient(), s.waiterClient()
-	holder := s.lock(a.Mutex(name, opts...))
+	holder := s.lock(s.mutex(a, name, opts...))
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := s.waitFor(b, name, ctx, opts...)
 	later := s.waitFor(c, name, s.ctx(time.Minute), opts...)
@@ -155,7 +156,7 @@ func (s *suite) inspectWaiters() {
 		}
 		name := s.name(fmt.Sprintf("iw-fair-%v", fair))
 		a := s.client(dlock.TTL(time.Minute))
-		holder := s.lock(a.Mutex(name, opts...))
+		holder := s.lock(s.mutex(a, name, opts...))
 		s.checkWaiters(a, name, fair, 0)
 		ctx, cancel := context.WithCancel(context.Background())
 		w1 := s.waitFor(s.waiterClient(), name, ctx, opts...)
