@@ -22,7 +22,7 @@ type spec struct {
 	weight int
 }
 
-func (s *spec) acquire(ctx context.Context, op string, wait bool) (*Lease, error) {
+func (s *spec) acquire(ctx context.Context, op string, wait bool, value string) (*Lease, error) {
 	c := s.c
 	fail := func(kind, err error) (*Lease, error) {
 		return nil, &Error{Op: op, Name: s.name, Backend: c.desc, Kind: kind, Err: err}
@@ -67,7 +67,7 @@ func (s *spec) acquire(ctx context.Context, op string, wait bool) (*Lease, error
 	// A weighted name's waiters queue in arrival order whatever Fair
 	// says: the head-of-line rule that keeps a writer from starving.
 	fair := s.cfg.fair || s.kind != KindMutex
-	req := Request{Name: key, Owner: owner, TTL: s.cfg.ttl, Fair: fair, Wait: wait, Kind: s.kind, Limit: s.limit, Weight: s.weight}
+	req := Request{Name: key, Owner: owner, TTL: s.cfg.ttl, Fair: fair, Wait: wait, Kind: s.kind, Limit: s.limit, Weight: s.weight, Value: value}
 	g, err := q.run(req)
 	for lost := 0; err == nil; lost++ {
 		late := q.freshen(g)

@@ -140,6 +140,10 @@ type Request struct {
 	// Weight is what this request holds of the limit, 1 <= Weight <=
 	// Limit: 1 for a mutex and a reader, the whole limit for a writer.
 	Weight int
+	// Value is what the holder publishes (an election's leader value, at
+	// most MaxValueLen bytes); "" for other kinds. The store keeps it
+	// with the hold and shows it in LockInfo.Value.
+	Value string
 }
 
 // Grant is a successful acquisition.
@@ -193,6 +197,7 @@ type LockInfo struct {
 	Kind    Kind          // what the name is used as
 	Limit   int           // the name's limit (1 for a mutex; 0 if unknown)
 	Weight  int           // what this holder holds of the limit (1 for a mutex; 0 if unknown)
+	Value   string        // what the holder publishes (an election's leader value)
 	TTL     time.Duration // remaining lease by the store's clock; 0 if unknown
 	Waiters int           // all waiters, fair or not (queue-based stores, mem); -1 if the store cannot see every waiter (Redis, SQL: non-fair waiters leave no trace)
 	Queued  int           // the fair waiters in the store's queue, when Waiters is -1 (a lower bound of the waiters)
@@ -244,4 +249,36 @@ type TTLLimiter interface {
 // the backend, so the backend may call it while holding its own locks.
 type LossReporter interface {
 	ReportLoss(handler func(h Hold, cause error))
+}
+
+// Watcher is implemented by backends that can tell when the holders of a
+// name may have changed — a grant, a release, an expiry, a new value —
+// by the store's own push mechanism (pub/sub, a watch, NOTIFY). The Client
+// reads the holders with [Inspector] after each signal, so a backend only
+// signals; Client.Watch and Election.Observe are built on it.
+type Watcher interface {
+	// Watch subscribes to changes of name (the backend's key) and returns
+	// once the subscription is in place, so that no change after it is
+	// missed.
+	Watch(ctx context.Context, name string) (Subscription, error)
+}
+
+// Subscription is a registered watch of a name.
+type Subscription interface {
+	// Wait blocks until the name's holders may have changed since the
+	// subscription was made or the previous Wait returned, or until ctx
+	// is done (then it returns ctx.Err()). It may return early. An error
+	// other than ctx's means the subscription broke (a dropped
+	// connection): the Client makes a new one and reads the holders
+	// again, so that what changed meanwhile is reported.
+	Wait(ctx context.Context) error
+	// Close ends the subscription.
+	Close() error
+}
+
+// Proclaimer is implemented by backends that grant elections: Proclaim
+// replaces the value of hold h, which must still be held (otherwise an
+// error matching [ErrLeaseLost]), and signals the name's watchers.
+type Proclaimer interface {
+	Proclaim(ctx context.Context, h Hold, value string) error
 }

@@ -49,7 +49,7 @@ func (m *Mutex) Name() string { return m.name }
 // rides out such errors (a server restart, an election), trying again with
 // a backoff of up to a second until it is granted or ctx ends.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.acquire(ctx, "lock", true)
+	return m.acquire(ctx, "lock", true, "")
 }
 
 // TryLock acquires the lock if it is free (or re-enters it, as Lock does)
@@ -57,7 +57,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 // errors.As with a [*HeldError] tells who holds it when the backend knows.
 // It never waits for the lock, only for the backend's answer.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.acquire(ctx, "trylock", false)
+	return m.acquire(ctx, "trylock", false, "")
 }
 
 // CheckName reports whether name is a valid lock name: 1-255 bytes of

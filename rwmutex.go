@@ -60,25 +60,25 @@ func (rw *RWMutex) Name() string { return rw.r.name }
 // RLock takes a read lease, waiting as [Mutex.Lock] does: behind every
 // earlier waiter, writers included.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
-	return rw.r.acquire(ctx, "rlock", true)
+	return rw.r.acquire(ctx, "rlock", true, "")
 }
 
 // TryRLock takes a read lease if no writer holds the lock or waits for it,
 // and otherwise returns at once with an error matching [ErrNotAcquired].
 func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
-	return rw.r.acquire(ctx, "tryrlock", false)
+	return rw.r.acquire(ctx, "tryrlock", false, "")
 }
 
 // Lock takes the write lease, waiting until every reader and writer before
 // it is gone.
 func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
-	return rw.w.acquire(ctx, "lock", true)
+	return rw.w.acquire(ctx, "lock", true, "")
 }
 
 // TryLock takes the write lease if nobody holds the lock or waits for it,
 // and otherwise returns at once with an error matching [ErrNotAcquired].
 func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return rw.w.acquire(ctx, "trylock", false)
+	return rw.w.acquire(ctx, "trylock", false, "")
 }
 
 // Downgrade turns a write lease of an [RWMutex] into a read lease in place:

@@ -62,12 +62,12 @@ func (s *Semaphore) Limit() int { return s.limit }
 // (woken, not polling; nothing left behind when ctx ends; re-entry only
 // by an explicit [Owner] or [WithLease]).
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
-	return s.acquire(ctx, "acquire", true)
+	return s.acquire(ctx, "acquire", true, "")
 }
 
 // TryAcquire takes a permit if there is room and nobody waits before it,
 // and otherwise returns at once with an error matching [ErrNotAcquired]
 // (a [*HeldError] says how much is held).
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
-	return s.acquire(ctx, "tryacquire", false)
+	return s.acquire(ctx, "tryacquire", false, "")
 }

@@ -104,6 +104,11 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 		{"RWTokens", (*suite).weightedTokens},
 		{"RWWriterNotStarved", (*suite).writerNotStarved},
 		{"RWDowngrade", (*suite).downgrade},
+		{"ElectionOneLeader", (*suite).electionOneLeader},
+		{"ElectionObserve", (*suite).electionObserve},
+		{"ElectionLeaderLost", (*suite).electionLeaderLost},
+		{"ElectionInput", (*suite).electionInput},
+		{"WatchHolders", (*suite).watchHolders},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runItem(t, newBackend, cfg, tc.name, tc.fn, dlock.KindMutex) })
 	}

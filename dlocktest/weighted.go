@@ -27,6 +27,8 @@ func (s *suite) grants(kind dlock.Kind) {
 	switch kind {
 	case dlock.KindSemaphore:
 		l, err = c.Semaphore(name, 2).TryAcquire(s.ctx(time.Minute))
+	case dlock.KindElection:
+		l, err = c.Election(name).Campaign(s.ctx(time.Minute), "probe")
 	default:
 		l, err = c.RWMutex(name).TryRLock(s.ctx(time.Minute))
 	}

@@ -79,6 +79,22 @@ type Store struct {
 	locks  map[string]*lock
 	tokens uint64  // the last token granted, of any name
 	holds  expHeap // the holds, earliest expiry first
+	// notices are the watched names' change signals: a channel closed
+	// and replaced at every change of the name's holders.
+	notices map[string]*notice
+}
+
+type notice struct {
+	ch   chan struct{}
+	subs int
+}
+
+// changed signals the watchers of name. s.mu is held.
+func (s *Store) changed(name string) {
+	if n := s.notices[name]; n != nil {
+		close(n.ch)
+		n.ch = make(chan struct{})
+	}
 }
 
 // lock is the state of a name while it has holders or waiters: its kind
@@ -103,11 +119,12 @@ type hold struct {
 	weight  int
 	token   uint64
 	expires time.Time
+	value   string
 }
 
 // NewStore returns an empty store.
 func NewStore() *Store {
-	return &Store{locks: make(map[string]*lock)}
+	return &Store{locks: make(map[string]*lock), notices: make(map[string]*notice)}
 }
 
 var named struct {
@@ -153,6 +170,8 @@ var (
 	_ dlock.Inspector    = (*Backend)(nil)
 	_ dlock.Granter      = (*Backend)(nil)
 	_ dlock.Downgrader   = (*Backend)(nil)
+	_ dlock.Proclaimer   = (*Backend)(nil)
+	_ dlock.Watcher      = (*Backend)(nil)
 )
 
 // String describes the backend.
@@ -211,6 +230,7 @@ func (s *Store) drop(h *hold) {
 		heap.Remove(&s.holds, h.idx)
 	}
 	l.wakeFirst()
+	s.changed(l.name)
 }
 
 // find returns the hold of owner, or nil.
@@ -336,6 +356,7 @@ func (s *Store) try(req dlock.Request, w *waiter, now time.Time) (dlock.Grant, e
 		}
 		h.count++
 		s.expire(h, later(h.expires, now.Add(req.TTL)))
+		s.changed(l.name)
 		return dlock.Grant{Token: h.token, Count: h.count}, nil
 	}
 	if !l.fits(req.Weight) {
@@ -356,10 +377,11 @@ func (s *Store) try(req dlock.Request, w *waiter, now time.Time) (dlock.Grant, e
 		l.wakeFirst() // the new first tries (it may fit too) or watches the expiry
 	}
 	s.tokens++
-	h := &hold{l: l, idx: -1, owner: req.Owner, count: 1, weight: max(req.Weight, 1), token: s.tokens}
+	h := &hold{l: l, idx: -1, owner: req.Owner, count: 1, weight: max(req.Weight, 1), token: s.tokens, value: req.Value}
 	l.holders = append(l.holders, h)
 	l.used += h.weight
 	s.expire(h, now.Add(req.TTL))
+	s.changed(l.name)
 	return dlock.Grant{Token: h.token, Count: 1}, nil
 }
 
@@ -603,6 +625,8 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	if hd.count == 0 {
 		s.drop(hd)
 		s.tidy(hd.l)
+	} else {
+		s.changed(h.Name)
 	}
 	s.sweep(time.Now())
 	return nil
@@ -630,6 +654,80 @@ func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error
 	hd.l.used -= hd.weight - weight
 	hd.weight = weight
 	hd.l.wakeFirst()
+	s.changed(h.Name)
+	return nil
+}
+
+// Proclaim replaces the value of a hold and signals the name's watchers.
+func (b *Backend) Proclaim(ctx context.Context, h dlock.Hold, value string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hd, err := s.owned(h, time.Now())
+	if err != nil {
+		return err
+	}
+	hd.value = value
+	s.changed(h.Name)
+	return nil
+}
+
+// Watch subscribes to changes of name's holders: every grant, release,
+// downgrade and new value signals it at once (an expiry is noticed by the
+// Client when the holder's TTL runs out).
+func (b *Backend) Watch(ctx context.Context, name string) (dlock.Subscription, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.notices[name]
+	if n == nil {
+		n = &notice{ch: make(chan struct{})}
+		s.notices[name] = n
+	}
+	n.subs++
+	return &subscription{s: s, name: name, ch: n.ch}, nil
+}
+
+type subscription struct {
+	s      *Store
+	name   string
+	ch     chan struct{} // the signal of the next change
+	closed bool
+}
+
+func (w *subscription) Wait(ctx context.Context) error {
+	select {
+	case <-w.ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.s.mu.Lock()
+	if n := w.s.notices[w.name]; n != nil {
+		w.ch = n.ch
+	}
+	w.s.mu.Unlock()
+	return nil
+}
+
+func (w *subscription) Close() error {
+	s := w.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	if n := s.notices[w.name]; n != nil {
+		if n.subs--; n.subs == 0 {
+			delete(s.notices, w.name)
+		}
+	}
 	return nil
 }
 
@@ -663,7 +761,7 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 		s.prune(l, now)
 		for _, h := range l.holders {
 			out = append(out, dlock.LockInfo{Name: name, Owner: h.owner, Token: h.token, Count: h.count,
-				Kind: l.kind, Limit: l.limit, Weight: h.weight,
+				Kind: l.kind, Limit: l.limit, Weight: h.weight, Value: h.value,
 				TTL: h.expires.Sub(now), Waiters: len(l.queue) + len(l.others)})
 		}
 		s.tidy(l)
