@@ -129,7 +129,7 @@ func (b *Backend) channel(name string) string { return b.lockKey(name) + ":wake"
 // (see the scripts): at most 16384 per master, whatever the number of
 // names.
 func (b *Backend) fenceKey(name string) string {
-	return b.cfg.prefix + ":fence:{" + redisconn.SlotTag(redisconn.Slot(encodeName(name))) + "}"
+	return redisconn.FenceKey(b.cfg.prefix, redisconn.Slot(encodeName(name)))
 }
 
 // keys are the lock hash, the fair queue and its waiters' deadlines, the
