@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 func init() {
@@ -123,7 +124,7 @@ func runBench(ctx context.Context, e *env, opts any, args []string) int {
 		return code
 	}
 	defer store.close()
-	rep := benchReport{URL: u.Redacted(), Fair: f.fair, Duration: wc.Duration.String(), StoreCount: store.what}
+	rep := benchReport{URL: redact.URL(u), Fair: f.fair, Duration: wc.Duration.String(), StoreCount: store.what}
 	failed := false
 	for i, w := range workloads {
 		progress := func(phase string) {

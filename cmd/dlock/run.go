@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 const (
@@ -374,7 +375,7 @@ func runHolding(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, url stri
 		"DLOCK_NAME="+lease.Name(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
 		"DLOCK_OWNER="+lease.Owner(),
-		"DLOCK_URL="+url,
+		"DLOCK_URL="+redact.Strip(url), // the secrets stay with dlock
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	if err := lease.Err(); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -58,7 +59,11 @@ func (b *backendFlags) open(ctx context.Context, e *env) (*dlock.Client, string,
 func withConnectTimeout(rawURL string, d time.Duration) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return "", fmt.Errorf("--url: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, which may carry a password
+		}
+		return "", fmt.Errorf("malformed URL: %w", err)
 	}
 	q := u.Query()
 	switch u.Scheme {

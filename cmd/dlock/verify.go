@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redact"
 	"github.com/dlock-dev/dlock/internal/verify"
 )
 
@@ -175,7 +176,7 @@ func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(e.stderr, "dlock verify: %s, %d workers, %v, ttl %v, faults %s, seed %d\n",
-		url, cfg.Workers, cfg.Duration, cfg.TTL, o.faults, cfg.Seed)
+		redact.String(url), cfg.Workers, cfg.Duration, cfg.TTL, o.faults, cfg.Seed)
 	rep, err := verify.Run(ctx, cfg)
 	if err != nil {
 		e.errorf("verify: %v", err)
