@@ -162,7 +162,7 @@ type openedStore struct {
 // benchStore checks that the backend opens (a usage error or a backend
 // error is reported as for the other commands) and returns the Store.
 func benchStore(ctx context.Context, e *env, f *benchFlags) (openedStore, *url.URL, int) {
-	octx, cancel := context.WithTimeout(ctx, openLimit(f.connect))
+	octx, cancel := openContext(ctx, f.url, f.connect)
 	defer cancel()
 	client, raw, code := openClient(octx, e, f.url, f.connect, f.verbose)
 	if client == nil {
@@ -183,7 +183,7 @@ func benchStore(ctx context.Context, e *env, f *benchFlags) (openedStore, *url.U
 		return openedStore{}, nil, exitUsage
 	}
 	s := openedStore{Store: dlocktest.Store{NewBackend: func(ctx context.Context) (dlock.Backend, error) {
-		octx, cancel := context.WithTimeout(ctx, openLimit(f.connect))
+		octx, cancel := openContext(ctx, f.url, f.connect)
 		defer cancel()
 		return open(octx, u)
 	}}}
