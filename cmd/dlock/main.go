@@ -161,7 +161,8 @@ func overview(w io.Writer) {
 Usage:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %s\n", c.synopsis)
+		// Wrapped lines hang under the first flag.
+		fmt.Fprintf(w, "  %s\n", wrap(c.synopsis, 2+len("dlock ")+len(c.name)+1, helpWidth))
 	}
 	fmt.Fprintf(w, `  dlock help [COMMAND]
 

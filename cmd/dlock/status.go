@@ -33,7 +33,8 @@ const statusUsage = `Usage: dlock status [flags]
 
 List the locks held on the backend, one per line, sorted by name:
   NAME        the lock's name
-  OWNER       the holder's owner id (host/pid/random for dlock run, unless --owner)
+  OWNER       the holder's owner id (host/pid/random for dlock run, unless
+              it was given --owner)
   TOKEN       the fencing token of the hold
   HOLDS       the reentry count
   EXPIRES IN  the lease left by the backend's clock if the holder stops renewing
