@@ -298,4 +298,4 @@ func (c *Client) Close() error {
 }
 
 // releaseTimeout bounds the releases that Close and MaxHold do on their own.
-const releaseTimeout = 5 * time.Second
+const releaseTimeout = CloseTimeout / 2
