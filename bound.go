@@ -24,7 +24,7 @@ const CancelGrace = time.Second
 // CloseTimeout bounds [Client.Close]: it returns within CloseTimeout plus
 // [CancelGrace] whatever the store does, leaving to their TTL the leases
 // it could not release in time.
-const CloseTimeout = 2 * releaseTimeout
+const CloseTimeout = 10 * time.Second // twice releaseTimeout: see Close
 
 // noAnswerError is the cause of a call that the Client stopped waiting for
 // CancelGrace after its context ended. It matches ErrBackendUnavailable and

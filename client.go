@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 // Client is a connection to one lock backend. It owns the backend, the
@@ -42,9 +44,7 @@ func New(b Backend, opts ...Option) (*Client, error) {
 		return nil, &Error{Op: "new", Kind: ErrInvalidOption, Err: errors.New("nil backend")}
 	}
 	cfg := defaultConfig()
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
+	cfg.applyAll(opts)
 	if err := cfg.check(true); err != nil {
 		return nil, &Error{Op: "new", Backend: b.String(), Kind: ErrInvalidOption, Err: err}
 	}
@@ -112,7 +112,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		return nil, &Error{Op: "open", Kind: ErrInvalidOption, Err: fmt.Errorf("malformed URL: %w", err)}
 	}
 	if u.Scheme == "" {
-		return nil, &Error{Op: "open", Kind: ErrInvalidOption, Err: fmt.Errorf("URL %q has no scheme (want one of %s)", u.Redacted(), strings.Join(Schemes(), ", "))}
+		return nil, &Error{Op: "open", Kind: ErrInvalidOption, Err: fmt.Errorf("URL %q has no scheme (want one of %s)", redact.URL(u), strings.Join(Schemes(), ", "))}
 	}
 	registry.RLock()
 	open := registry.m[u.Scheme]
@@ -122,7 +122,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	}
 	b, err := open(ctx, u)
 	if err != nil {
-		return nil, &Error{Op: "open", Backend: u.Scheme + " " + u.Redacted(), Kind: kindOf(err), Err: err}
+		return nil, &Error{Op: "open", Backend: u.Scheme + " " + redact.URL(u), Kind: kindOf(err), Err: err}
 	}
 	c, err := New(b, opts...)
 	if err != nil {
@@ -163,9 +163,7 @@ func (c *Client) String() string { return c.desc }
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	m := &Mutex{spec{c: c, name: name, cfg: c.cfg, kind: KindMutex, limit: 1, weight: 1}}
 	m.cfg.clientOnly, m.cfg.mutexOnly, m.cfg.errs = nil, nil, nil
-	for _, o := range opts {
-		o.apply(&m.cfg)
-	}
+	m.cfg.applyAll(opts)
 	if m.cfg.weight != 0 {
 		m.cfg.errs.Check(false, "Weight is a Semaphore option: a mutex weighs 1")
 	}
@@ -303,4 +301,4 @@ func (c *Client) Close() error {
 }
 
 // releaseTimeout bounds the releases that Close and MaxHold do on their own.
-const releaseTimeout = 5 * time.Second
+const releaseTimeout = CloseTimeout / 2

@@ -36,7 +36,7 @@
 // Every error names the lock and the backend and matches one of the
 // sentinels ([ErrNotAcquired], [ErrLeaseLost], [ErrInvalidName],
 // [ErrInvalidOption], [ErrClosed], [ErrBackendUnavailable], [ErrNoQuorum],
-// [ErrUnlocked]); test with [errors.Is].
+// [ErrUnlocked], [ErrForeignData]); test with [errors.Is].
 //
 // # Backends
 //

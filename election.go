@@ -49,13 +49,7 @@ type Election struct {
 func (c *Client) Election(name string, opts ...Option) *Election {
 	e := &Election{spec: spec{c: c, name: name, cfg: c.cfg, kind: KindElection, limit: 1, weight: 1}}
 	e.cfg.clientOnly, e.cfg.mutexOnly, e.cfg.errs = nil, nil, nil
-	for _, o := range opts {
-		if o == nil {
-			e.cfg.errs.Check(false, "a nil Option")
-			continue
-		}
-		o.apply(&e.cfg)
-	}
+	e.cfg.applyAll(opts)
 	if e.cfg.weight != 0 {
 		e.cfg.errs.Check(false, "Weight is a Semaphore option")
 	}

@@ -47,6 +47,18 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
+// applyAll applies opts to c; a nil Option is recorded as a problem
+// (reported as [ErrInvalidOption]) rather than a panic.
+func (c *config) applyAll(opts []Option) {
+	for i, o := range opts {
+		if o == nil {
+			c.errs.Check(false, "option %d of %d is nil", i+1, len(opts))
+			continue
+		}
+		o.apply(c)
+	}
+}
+
 // config is the resolved set of options of a Client or a Mutex.
 type config struct {
 	ttl       time.Duration

@@ -39,13 +39,7 @@ type RWMutex struct {
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	rw := &RWMutex{r: spec{c: c, name: name, cfg: c.cfg, kind: KindRWMutex, limit: RWLimit, weight: 1}}
 	rw.r.cfg.clientOnly, rw.r.cfg.mutexOnly, rw.r.cfg.errs = nil, nil, nil
-	for _, o := range opts {
-		if o == nil {
-			rw.r.cfg.errs.Check(false, "a nil Option")
-			continue
-		}
-		o.apply(&rw.r.cfg)
-	}
+	rw.r.cfg.applyAll(opts)
 	if rw.r.cfg.weight != 0 {
 		rw.r.cfg.errs.Check(false, "Weight is a Semaphore option: a reader weighs 1 and a writer all")
 	}

@@ -40,13 +40,7 @@ type Semaphore struct {
 func (c *Client) Semaphore(name string, limit int, opts ...Option) *Semaphore {
 	s := &Semaphore{spec{c: c, name: name, cfg: c.cfg, kind: KindSemaphore, limit: limit}}
 	s.cfg.clientOnly, s.cfg.mutexOnly, s.cfg.errs = nil, nil, nil
-	for _, o := range opts {
-		if o == nil {
-			s.cfg.errs.Check(false, "a nil Option")
-			continue
-		}
-		o.apply(&s.cfg)
-	}
+	s.cfg.applyAll(opts)
 	s.weight = max(s.cfg.weight, 1)
 	return s
 }

@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 // The scheme makes the backend reachable by dlock.Open and the dlock
@@ -61,7 +62,7 @@ func init() { dlock.Register("mem", openURL) }
 
 func openURL(_ context.Context, u *url.URL) (dlock.Backend, error) {
 	if u.Opaque != "" || u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
-		return nil, fmt.Errorf("%w: mem URL %q must be mem:// or mem://NAME", dlock.ErrInvalidOption, u.Redacted())
+		return nil, fmt.Errorf("%w: mem URL %q must be mem:// or mem://NAME", dlock.ErrInvalidOption, redact.URL(u))
 	}
 	if u.Host == "" {
 		return New(), nil

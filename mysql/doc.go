@@ -1,5 +1,6 @@
-// Package mysql is a dlock backend on MySQL 8 or MariaDB 10.5 or later
-// through github.com/go-sql-driver/mysql: a lease table, shared with the
+// Package mysql is a dlock backend on MariaDB (tested with 10.11; written
+// for 10.5 or later, and for MySQL 8, which is not tested) through
+// github.com/go-sql-driver/mysql: a lease table, shared with the
 // other SQL backends through one engine; or, in session mode, user-level
 // locks (GET_LOCK) held by dedicated connections.
 //

@@ -29,7 +29,7 @@ type Backend struct {
 	mux     *mux
 	batch   *batcher
 	keys    keyCache
-	acquire *script                // acquireScript, or acquireClockScript with clock tokens
+	acquire *script                // acquireClockScript, or acquireScript with ClockTokens(false)
 	wtArg   any                    // the waiter timeout in ms, as a script argument
 	ttlArg  atomic.Pointer[ttlArg] // the last TTL acquired with, as a script argument
 
@@ -76,13 +76,11 @@ func New(rdb goredis.UniversalClient, opts ...Option) (*Backend, error) {
 }
 
 func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
-	b := &Backend{rdb: rdb, cfg: cfg, acquire: acquireScript}
-	failover := cfg.replicas > 0 // a replica may take over: clock tokens by default
+	b := &Backend{rdb: rdb, cfg: cfg, acquire: acquireClockScript}
 	switch c := rdb.(type) {
 	case *goredis.Client:
 		if addr := c.Options().Addr; addr == "FailoverClient" {
 			b.desc = "redis sentinel"
-			failover = true
 		} else {
 			b.desc = "redis " + addr
 			if db := c.Options().DB; db != 0 {
@@ -92,7 +90,6 @@ func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 	case *goredis.ClusterClient:
 		b.cluster = c
 		b.desc = "redis cluster " + strings.Join(c.Options().Addrs, ",")
-		failover = true
 	case *goredis.Ring:
 		cfg.errs = append(cfg.errs, "a *redis.Ring is not supported (its pub/sub is per shard, and the backend's waiters share one connection); use a *redis.Client per server or a *redis.ClusterClient")
 		b.desc = "redis ring"
@@ -108,11 +105,8 @@ func newBackend(rdb goredis.UniversalClient, cfg config) (*Backend, error) {
 	b.mux = newMux(b)
 	b.batch = newBatcher(b)
 	b.keys.prefix = cfg.prefix
-	if b.cluster != nil {
-		b.keys.fence = fenceSlot
-	}
-	if cfg.clockTokens != nil && *cfg.clockTokens || cfg.clockTokens == nil && failover {
-		b.acquire = acquireClockScript
+	if !cfg.clockTokens {
+		b.acquire = acquireScript // the opt-out: see ClockTokens
 	}
 	b.wtArg = millis(cfg.waiterTimeout)
 	b.peers = joinPeers(b.desc)

@@ -31,11 +31,17 @@
 //     store (ZooKeeper, etcd) or Redlock with its timing assumptions.
 //   - Fencing tokens strictly increase per name: a fence key (one per
 //     Cluster slot, never expiring) is raised in the same script as each
-//     grant. With [ClockTokens] (the default for Sentinel, Cluster and
-//     [WaitReplicas]) a token is max(fence+1, server time in µs), so tokens
-//     keep increasing when the fence key is lost; turn it on for a single
-//     address that a failover can move. Tokens are large and not always
-//     consecutive.
+//     grant. By default a token is max(fence+1, server time in µs)
+//     ([ClockTokens]), on every topology, so tokens keep increasing when a
+//     failover (also one behind a single address, as managed services do
+//     it) or a restart loses the last grants, as long as the servers'
+//     clocks agree to better than the time between the lost grant and the
+//     next. ClockTokens(false) (clock_tokens=false) trades that for a
+//     cheaper grant, for a server that never fails over. Tokens are large
+//     and not always consecutive.
+//   - The redis and redlock schemes on the same server share a lock's keys
+//     and its fence key, with the same rule (above the fence), so a name
+//     used through both, one after the other, still gets increasing tokens.
 //   - Expiry is judged by the server's clock: a forward step longer than a
 //     lease's remaining TTL grants the lock to a second owner until the
 //     first holder's next renewal fails; the token still tells them apart.

@@ -4,7 +4,10 @@ import goredis "github.com/redis/go-redis/v9"
 
 // LockKey returns the key of the hash of lock name under prefix, for the
 // tests that plant data there.
-func LockKey(prefix, name string) string { return newKeys(prefix, name, fenceOne, nil).lock() }
+func LockKey(prefix, name string) string { return newKeys(prefix, name).lock() }
+
+// FenceKey returns the fence key of lock name under prefix.
+func FenceKey(prefix, name string) string { return newKeys(prefix, name).fence() }
 
 // SetPubSubClient makes b's pub/sub connections with c instead of b's
 // client; call it before b's first waiter.

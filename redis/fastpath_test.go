@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"strconv"
 	"strings"
@@ -59,20 +60,28 @@ func resetStats(t testing.TB, admin *goredis.Client) {
 
 // TestUncontendedScriptCommands counts, with INFO commandstats, what the
 // scripts run for an uncontended Lock and Unlock (default and fair): to
-// acquire, one EXISTS (the hash is absent: its release deleted it), INCR
-// of the fence key, HSET and PEXPIRE; to release, one HMGET and DEL;
-// nothing else (no TIME, no queue look-up, no PUBLISH).
+// acquire, one EXISTS (the hash is absent: its release deleted it), TIME
+// and GETSET of the fence key (clock tokens, the default) or INCR of it
+// (ClockTokens(false)), HSET and PEXPIRE; to release, one HMGET and DEL;
+// nothing else (no queue look-up, no PUBLISH).
 func TestUncontendedScriptCommands(t *testing.T) {
 	srv := testserver.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx := ctxFor(t, time.Minute)
-	c := newDlock(t, newBackend(t, srv.Addr()))
-	warmUp(t, c)
 	const n = 10
-	for _, opts := range [][]dlock.Option{nil, {dlock.Fair()}} {
-		name := fmt.Sprintf("cmds-%d", len(opts))
-		resetStats(t, admin)
-		for range n {
+	for _, tc := range []struct {
+		name  string
+		opts  []dredis.Option
+		token map[string]int64 // the commands that make the token
+	}{
+		{"default", nil, map[string]int64{"time": n, "getset": n}},
+		{"ClockTokens(false)", []dredis.Option{dredis.ClockTokens(false)}, map[string]int64{"incr": n}},
+	} {
+		c := newDlock(t, newBackend(t, srv.Addr(), tc.opts...))
+		warmUp(t, c)
+		for _, opts := range [][]dlock.Option{nil, {dlock.Fair()}} {
+			name := fmt.Sprintf("cmds-%s-%d", tc.name, len(opts))
+			// The name's first grant makes its slot's fence key.
 			l, err := c.Mutex(name, opts...).Lock(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -80,23 +89,36 @@ func TestUncontendedScriptCommands(t *testing.T) {
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
-		}
-		got := scriptCommands(t, admin)
-		want := map[string]int64{"evalsha": 2 * n, "exists": n, "incr": n, "hset": n, "pexpire": n, "hmget": n, "del": n}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%d uncontended Lock/Unlock pairs (options %d) ran %v, want %v", n, len(opts), got, want)
+			resetStats(t, admin)
+			for range n {
+				l, err := c.Mutex(name, opts...).Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := scriptCommands(t, admin)
+			want := map[string]int64{"evalsha": 2 * n, "exists": n, "hset": n, "pexpire": n, "hmget": n, "del": n}
+			maps.Copy(want, tc.token)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: %d uncontended Lock/Unlock pairs (options %d) ran %v, want %v", tc.name, n, len(opts), got, want)
+			}
 		}
 	}
 }
 
 // TestGrantTokens checks the tokens of the scripts' common path (a free
-// lock without a queue): the first token of a store without a fence key is
+// lock without a queue) with ClockTokens(false): the first token of a store without a fence key is
 // the server's time in µs; a new grant's token is the fence plus one, also
 // when the last lease expired without a release; a hash whose token is
 // ahead of the fence gives f+1; and tokens are stored and returned
 // exactly.
 func TestGrantTokens(t *testing.T) {
-	admin, ctx, b := scriptEnv(t)
+	srv := testserver.Redis(t)
+	admin, ctx := newClient(t, srv.Addr()), ctxFor(t, time.Minute)
+	b := newBackend(t, srv.Addr(), dredis.ClockTokens(false))
 	serverMicros := func() uint64 {
 		t.Helper()
 		tm, err := admin.Time(ctx).Result()
@@ -327,14 +349,14 @@ func TestFastHoldLeaseEndsWithHash(t *testing.T) {
 // is left as it was, though the common path's INCR took it first.
 func TestFenceNotATokenUnchanged(t *testing.T) {
 	admin, ctx, b := scriptEnv(t)
-	if err := admin.Set(ctx, "dlock:fence", "-3", 0).Err(); err != nil {
+	if err := admin.Set(ctx, dredis.FenceKey("dlock", "neg"), "-3", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := b.Acquire(ctx, dlock.Request{Name: "neg", Owner: "me", TTL: time.Minute})
-	if !errors.Is(err, dlock.ErrForeignData) || !strings.Contains(err.Error(), "dlock:fence") {
-		t.Errorf("Acquire with fence -3: %v, want ErrForeignData naming dlock:fence", err)
+	if !errors.Is(err, dlock.ErrForeignData) || !strings.Contains(err.Error(), dredis.FenceKey("dlock", "neg")) {
+		t.Errorf("Acquire with fence -3: %v, want ErrForeignData naming the fence key", err)
 	}
-	if v := admin.Get(ctx, "dlock:fence").Val(); v != "-3" {
+	if v := admin.Get(ctx, dredis.FenceKey("dlock", "neg")).Val(); v != "-3" {
 		t.Errorf("fence %q after the failed acquisition, want -3", v)
 	}
 	if n := admin.Exists(ctx, dredis.LockKey("dlock", "neg")).Val(); n != 0 {
@@ -358,7 +380,7 @@ func TestClockTokens(t *testing.T) {
 	warmUpBackend(t, b)
 	var last uint64
 	for i := range 3 {
-		if err := admin.Set(ctx, "dlock:fence", 7, 0).Err(); err != nil { // far behind
+		if err := admin.Set(ctx, dredis.FenceKey("dlock", "clock"), 7, 0).Err(); err != nil { // far behind
 			t.Fatal(err)
 		}
 		resetStats(t, admin)
@@ -378,7 +400,7 @@ func TestClockTokens(t *testing.T) {
 		if g.Token <= last || g.Token > uint64(now.UnixMicro()) || g.Token < uint64(now.Add(-10*time.Second).UnixMicro()) {
 			t.Fatalf("grant %d after a fence of 7: token %d, want above %d and the server's time in µs (%d)", i, g.Token, last, now.UnixMicro())
 		}
-		if f := admin.Get(ctx, "dlock:fence").Val(); f != strconv.FormatUint(g.Token, 10) {
+		if f := admin.Get(ctx, dredis.FenceKey("dlock", "clock")).Val(); f != strconv.FormatUint(g.Token, 10) {
 			t.Errorf("fence %q after grant %d, want %d", f, i, g.Token)
 		}
 		last = g.Token
@@ -386,20 +408,20 @@ func TestClockTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := admin.Set(ctx, "dlock:fence", "abc", 0).Err(); err != nil {
+	if err := admin.Set(ctx, dredis.FenceKey("dlock", "clock"), "abc", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := b.Acquire(ctx, dlock.Request{Name: "clock", Owner: "o", TTL: time.Minute}); !errors.Is(err, dlock.ErrForeignData) {
 		t.Errorf("Acquire with fence abc: %v, want ErrForeignData", err)
 	}
-	if f := admin.Get(ctx, "dlock:fence").Val(); f != "abc" {
+	if f := admin.Get(ctx, dredis.FenceKey("dlock", "clock")).Val(); f != "abc" {
 		t.Errorf("fence %q after the failed acquisition, want abc", f)
 	}
 }
 
-// TestClockTokensDefault: clock tokens are on by default where a replica
-// may take over (Sentinel, Cluster, WaitReplicas) and off on a single
-// server; ClockTokens, and clock_tokens in a URL, override either way.
+// TestClockTokensDefault: clock tokens are on by default on every topology
+// (a single server too: its address may move to a replica);
+// ClockTokens(false), and clock_tokens=false in a URL, opt out.
 func TestClockTokensDefault(t *testing.T) {
 	single := func() goredis.UniversalClient { return goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) }
 	sentinel := func() goredis.UniversalClient {
@@ -414,10 +436,11 @@ func TestClockTokensDefault(t *testing.T) {
 		opts   []dredis.Option
 		want   bool
 	}{
-		{"single", single, nil, false},
+		{"single", single, nil, true},
 		{"single+WaitReplicas", single, []dredis.Option{dredis.WaitReplicas(1, time.Second)}, true},
-		{"single+ClockTokens", single, []dredis.Option{dredis.ClockTokens(true)}, true},
+		{"single+ClockTokens(false)", single, []dredis.Option{dredis.ClockTokens(false)}, false},
 		{"sentinel", sentinel, nil, true},
+		{"sentinel+ClockTokens(false)", sentinel, []dredis.Option{dredis.ClockTokens(false)}, false},
 		{"cluster", cluster, nil, true},
 		{"cluster+ClockTokens(false)", cluster, []dredis.Option{dredis.ClockTokens(false)}, false},
 	} {
@@ -435,7 +458,12 @@ func TestClockTokensDefault(t *testing.T) {
 	for _, tc := range []struct {
 		url  string
 		want bool
-	}{{"redis://127.0.0.1:1?clock_tokens=true", true}, {"redis://127.0.0.1:1?wait_replicas=1&clock_tokens=false", false}} {
+	}{
+		{"redis://127.0.0.1:1", true},
+		{"redis://127.0.0.1:1?clock_tokens=true", true},
+		{"redis://127.0.0.1:1?clock_tokens=false", false},
+		{"redis://127.0.0.1:1?wait_replicas=1&clock_tokens=false", false},
+	} {
 		u, err := url.Parse(tc.url)
 		if err != nil {
 			t.Fatal(err)

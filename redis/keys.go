@@ -19,12 +19,12 @@ import (
 //	PREFIX:{enc}:wake     pub/sub channel: release and queue-head notices
 //
 // and the fence key that holds the highest token granted in the lock's
-// slot (see fenceMode), which is shared by many names and never expires.
+// slot, PREFIX:fence:{TAG} (redisconn.FenceKey), which is shared by the
+// names of the slot and by the redlock backend, and never expires.
 //
 // A held lease keeps its keys (its Handle), so they are kept small: the
 // key names are only in all, ready as script arguments; the lock, queue
-// and timeouts keys are parts of one string, and on a single server every
-// lock shares the fence key's argument. The channel is made when a waiter
+// and timeouts keys are parts of one string. The channel is made when a waiter
 // first needs it, and kept.
 type keys struct {
 	// all holds lock, queue, timeouts and fence as the KEYS of a script.
@@ -49,22 +49,8 @@ func (k *keys) channel() string {
 	return ch
 }
 
-// fenceMode says where the fence key of a lock is.
-type fenceMode uint8
-
-const (
-	// fenceOne: one key, PREFIX:fence, for every lock (a single server or
-	// a Sentinel-managed master, where any keys may go into one script).
-	fenceOne fenceMode = iota
-	// fenceSlot: one key per Cluster slot, PREFIX:fence:{TAG}, where TAG is
-	// the first decimal number (0, 1, 2, ...) whose slot is the lock's:
-	// at most 16384 keys, whatever the number of names.
-	fenceSlot
-)
-
-// newKeys returns the keys of name; fenceArg, if not nil, is the fence key
-// of fenceOne as a script argument, to share.
-func newKeys(prefix, name string, mode fenceMode, fenceArg any) *keys {
+// newKeys returns the keys of name.
+func newKeys(prefix, name string) *keys {
 	enc := encodeName(name)
 	base := prefix + ":{" + enc + "}"
 	const queue, timeouts = ":queue", ":timeouts"
@@ -72,25 +58,16 @@ func newKeys(prefix, name string, mode fenceMode, fenceArg any) *keys {
 	n := len(base)
 	k := &keys{slot: redisconn.Slot(enc)}
 	k.all[0], k.all[1], k.all[2] = buf[:n], buf[:n+len(queue)], buf[n+len(queue):]
-	switch {
-	case mode == fenceSlot:
-		k.all[3] = prefix + ":fence:{" + redisconn.SlotTag(k.slot) + "}"
-	case fenceArg != nil:
-		k.all[3] = fenceArg
-	default:
-		k.all[3] = prefix + ":fence"
-	}
+	k.all[3] = redisconn.FenceKey(prefix, k.slot)
 	return k
 }
 
 // keyCache keeps the keys of the lock names a Backend used last, so that
 // an acquisition of a name in use does not build them anew.
 type keyCache struct {
-	prefix   string
-	fence    fenceMode
-	fenceArg any // PREFIX:fence as a script argument, made at the first get
-	mu       sync.RWMutex
-	m        map[string]*keys
+	prefix string
+	mu     sync.RWMutex
+	m      map[string]*keys
 }
 
 // keyCacheSize bounds the names a keyCache keeps; when it is full it is
@@ -100,18 +77,14 @@ const keyCacheSize = 4096
 func (c *keyCache) get(name string) *keys {
 	c.mu.RLock()
 	k := c.m[name]
-	fenceArg := c.fenceArg
 	c.mu.RUnlock()
 	if k != nil {
 		return k
 	}
-	k = newKeys(c.prefix, name, c.fence, fenceArg)
+	k = newKeys(c.prefix, name)
 	c.mu.Lock()
 	if len(c.m) >= keyCacheSize || c.m == nil {
 		c.m = make(map[string]*keys)
-	}
-	if c.fence == fenceOne && c.fenceArg == nil {
-		c.fenceArg = k.all[3]
 	}
 	c.m[name] = k
 	c.mu.Unlock()
@@ -119,19 +92,11 @@ func (c *keyCache) get(name string) *keys {
 }
 
 // encodeName escapes a lock name for use inside a hash tag and a SCAN
-// pattern: the bytes { } % and the glob characters * ? [ ] \ as well as
-// ASCII control bytes become %XX; everything else (including UTF-8) is kept.
-// The encoding works byte by byte, so the encoding of a prefix of a name is
-// a prefix of the encoding of the name.
-func encodeName(name string) string { return redisconn.Escape(name, escapeByte) }
+// pattern (see redisconn.EncodeName, which redlock's keys share).
+func encodeName(name string) string { return redisconn.EncodeName(name) }
 
-func escapeByte(c byte) bool {
-	switch c {
-	case '{', '}', '%', '*', '?', '[', ']', '\\':
-		return true
-	}
-	return c < 0x20 || c == 0x7f
-}
+// escapeByte reports whether encodeName escapes c.
+func escapeByte(c byte) bool { return redisconn.NameEscapes(c) }
 
 // decodeName reverses encodeName.
 func decodeName(enc string) (string, error) {

@@ -43,14 +43,14 @@ func TestSlot(t *testing.T) {
 		t.Errorf("slot of the CRC16 check string = %d, want %d", got, 0x31C3%16384)
 	}
 	// CLUSTER KEYSLOT foo = 12182 (the Redis Cluster specification).
-	if k := newKeys("dlock", "foo", fenceOne, nil); k.slot != 12182 {
+	if k := newKeys("dlock", "foo"); k.slot != 12182 {
 		t.Errorf("slot of {foo} = %d, want 12182", k.slot)
 	}
-	// A Cluster's fence key is in the lock's slot.
-	if k := newKeys("dlock", "foo", fenceSlot, nil); redisconn.Slot(k.fence()[strings.Index(k.fence(), "{")+1:len(k.fence())-1]) != k.slot {
+	// The fence key is in the lock's slot (on every topology).
+	if k := newKeys("dlock", "foo"); redisconn.Slot(k.fence()[strings.Index(k.fence(), "{")+1:len(k.fence())-1]) != k.slot {
 		t.Errorf("fence key %q is not in slot %d", k.fence(), k.slot)
 	}
-	k := newKeys("p", "a}b", fenceOne, nil)
+	k := newKeys("p", "a}b")
 	for _, key := range []string{k.lock(), k.queue(), k.timeouts(), k.channel()} {
 		open, close := strings.Index(key, "{"), strings.Index(key, "}")
 		if key[open+1:close] != encodeName("a}b") {
@@ -60,7 +60,8 @@ func TestSlot(t *testing.T) {
 }
 
 // TestKeyNames: the keys of a lock, which share one string, are exactly
-// the documented names, and a cache shares the single server's fence key.
+// the documented names: the fence key is the slot's, PREFIX:fence:{TAG},
+// as redlock names it.
 func TestKeyNames(t *testing.T) {
 	var c keyCache
 	c.prefix = "p"
@@ -68,7 +69,8 @@ func TestKeyNames(t *testing.T) {
 		k := c.get(name)
 		base := "p:{" + encodeName(name) + "}"
 		got := []string{k.lock(), k.queue(), k.timeouts(), k.fence(), k.channel()}
-		want := []string{base, base + ":queue", base + ":timeouts", "p:fence", base + ":wake"}
+		fence := "p:fence:{" + redisconn.SlotTag(redisconn.Slot(encodeName(name))) + "}"
+		want := []string{base, base + ":queue", base + ":timeouts", fence, base + ":wake"}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("keys of %q: %q, want %q", name, got, want)
 		}

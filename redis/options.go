@@ -28,7 +28,7 @@ type config struct {
 	waiterTimeout  time.Duration
 	replicas       int
 	replicaTimeout time.Duration
-	clockTokens    *bool // nil: by topology, see ClockTokens
+	clockTokens    bool // see ClockTokens (default true)
 	desc           string
 	errs           opt.Problems
 	dial           dialConfig
@@ -36,7 +36,7 @@ type config struct {
 
 // newConfig applies opts to the defaults.
 func newConfig(opts []Option) config {
-	c := config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout,
+	c := config{prefix: DefaultKeyPrefix, waiterTimeout: DefaultWaiterTimeout, clockTokens: true,
 		dial: dialConfig{connectTimeout: dlock.DefaultConnectTimeout}}
 	opt.Apply(&c, opts)
 	return c
@@ -99,22 +99,30 @@ func WaitReplicas(n int, timeout time.Duration) Option {
 }
 
 // ClockTokens sets whether every grant's fencing token is at least the
-// server's time in µs: max(fence+1, time), so that tokens keep increasing
-// across a failover to a replica that missed the last grants (as long as
-// the servers' clocks agree to better than the time between the lost grant
-// and the next). Without it, an uncontended grant takes fence+1 without
-// reading the clock, which costs the server about a third less per grant;
-// tokens still increase for the life of the store's data and start again
-// at the server's time when the fence key is missing (a restart without
-// persistence), but a replica whose fence is behind may give a lost
-// grant's token again.
+// server's time in µs: max(fence+1, time). It is on by default, on every
+// topology (a single address, Sentinel, Cluster, and [New] on any client),
+// because no client can tell whether the address it dials may move to a
+// replica: a managed service's primary endpoint does so on failover, and
+// Redis replication is asynchronous, so the new primary's fence may lack
+// the last grants. Clock tokens keep increasing across such a failover,
+// and across a restart without persistence, as long as the servers' clocks
+// agree to better than the time between the lost grant and the next grant
+// (a failover takes seconds to detect, so a clock kept by NTP is well
+// inside that); a clock that steps back on one server cannot make tokens
+// go back, since a token is never below the fence plus one.
 //
-// The default is on where the backend knows a replica may take over: a
-// Sentinel-managed master, a Cluster, and with [WaitReplicas]; off on a
-// single server. Turn it on for a single address that a failover can move
-// (a managed service's primary endpoint).
+// ClockTokens(false), or clock_tokens=false in a URL, is the opt-out for
+// speed: an uncontended grant then takes fence+1 by INCR without reading
+// the clock, which costs the server less per grant (BenchmarkClockTokens
+// and BenchmarkScriptCPU measure it). Tokens still increase for the life
+// of the store's data, and start again at the server's time when the fence
+// key is missing, but after a failover to a replica whose fence is behind
+// the next grant may repeat a token that a paused holder still carries, and
+// a fenced resource then accepts both. Opt out only for a server that never
+// fails over to a replica (no replicas, or none promoted behind the same
+// address).
 func ClockTokens(on bool) Option {
-	return opt.Func[config](func(c *config) { c.clockTokens = &on })
+	return opt.Func[config](func(c *config) { c.clockTokens = on })
 }
 
 // Description sets what [Backend.String] returns, which dlock puts into

@@ -82,7 +82,7 @@ func scriptCPU(b *testing.B, c *goredis.Client, prefix, acqSrc, relSrc string, n
 	const names = 500
 	keys := make([][]string, names)
 	for i := range keys {
-		k := newKeys("cpu-"+prefix, strconv.Itoa(i), fenceOne, nil)
+		k := newKeys("cpu-"+prefix, strconv.Itoa(i))
 		keys[i] = []string{k.lock(), k.queue(), k.timeouts(), k.fence()}[:nkeys]
 	}
 	run := func(s *goredis.Script, args func(i int) []any) []*goredis.Cmd {

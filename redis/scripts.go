@@ -54,9 +54,9 @@ func newScript(name, src string) *script {
 // deadline. A hash without an expiry (written before reclamation) keeps
 // it until its next grant or release.
 //
-// Tokens: the fence key (KEYS[4]; one per Cluster slot, or one per
-// store, see fenceMode) holds the highest token granted in its slot and is
-// never deleted. A new token is max(fence+1, f+1, server time in µs) and
+// Tokens: the fence key (KEYS[4]; one per Cluster slot, also on a single
+// server, and the same key as the redlock backend's) holds the highest
+// token granted in its slot and is never deleted. A new token is max(fence+1, f+1, server time in µs) and
 // is written to the fence key in the same script, so deleting a lock's
 // hash never lets a later token of its name be smaller or equal; a
 // release that deletes a hash whose f is above the fence raises the fence
@@ -67,7 +67,9 @@ func newScript(name, src string) *script {
 // clock tokens (see [ClockTokens]) the common path takes fence+1 by INCR
 // instead, without TIME: that still starts again at the server time when
 // the fence key is missing, but after a failover to a replica whose fence
-// is behind it may give a lost grant's token again.
+// is behind it may give a lost grant's token again. The redlock backend
+// keeps its fence in the same key and grants only above it, so a name used
+// through both schemes on one server still gets increasing tokens.
 //
 // Every script reads each key it may write before its first write, so that
 // a key holding another type fails the script (WRONGTYPE) before anything

@@ -43,7 +43,7 @@ func init() { connect.Register(schemes, ParseURL, Open) }
 //	waiter_timeout=5s              WaiterTimeout
 //	wait_replicas=1                WaitReplicas, with
 //	wait_replicas_timeout=500ms    its timeout (default 1s)
-//	clock_tokens=true              ClockTokens
+//	clock_tokens=false             ClockTokens(false): the opt-out, see its risk
 //	connect_timeout=10s            ConnectTimeout
 //
 // A parameter given twice, or that neither dlock nor go-redis knows, is an

@@ -41,6 +41,19 @@
 // these assumptions; for a lock whose safety must not depend on timing,
 // use a consensus store (the zookeeper and etcd backends).
 //
+// # How many masters
+//
+// Use three or more independent masters, ideally five: a grant needs
+// N/2+1 of them, so three tolerate one master down, five tolerate two.
+// One or two masters are allowed (a test set-up, a migration from the
+// redis backend) but grant only while every master answers, and Open and
+// New then log a warning on slog.Default() (the Client's logger,
+// dlock.WithLogger, does not reach a backend, which is made before it).
+// A master listed twice, after normalising its address (default port
+// 6379, localhost as 127.0.0.1), is refused with [dlock.ErrInvalidOption]:
+// it would vote twice. Other names of one server (a second host name, an
+// address of another interface) are not found, so list each master once.
+//
 // # Semaphores and read-write locks
 //
 // Refused (see [Backend.CanGrant]), with an error matching

@@ -18,12 +18,12 @@ import (
 func TestOpenFails(t *testing.T) {
 	g := testserver.RedisN(t, 2)
 	pg := testserver.Postgres(t).Addr()
-	refused, silent := opentest.ClosedPort(t), opentest.Silent(t)
+	refused, silent, silent2 := opentest.ClosedPort(t), opentest.Silent(t), opentest.Silent(t)
 	for _, c := range []opentest.Case{
 		{URL: "redlock://" + refused + "," + silent + "," + g.Node(0).Addr(), Addr: refused, Reason: "connection refused"},
 		{URL: "redlock://" + pg + "," + refused + "," + g.Node(0).Addr(), Addr: pg, Reason: "not a Redis server"},
-		{URL: "redlock://" + silent + "," + silent + "," + g.Node(0).Addr(), Addr: silent, Reason: "no Redis answer within the driver's own timeout"},
-		{URL: "redlock://" + silent + "," + silent + "," + g.Node(0).Addr() + "?node_timeout=5s&connect_timeout=500ms", Addr: silent,
+		{URL: "redlock://" + silent + "," + silent2 + "," + g.Node(0).Addr(), Addr: silent, Reason: "no Redis answer within the driver's own timeout"},
+		{URL: "redlock://" + silent + "," + silent2 + "," + g.Node(0).Addr() + "?node_timeout=5s&connect_timeout=500ms", Addr: silent,
 			Reason: "within connect_timeout 500ms", Bound: 3 * time.Second, Timeout: time.Minute},
 	} {
 		c.Backend = "redlock"

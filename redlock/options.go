@@ -127,8 +127,7 @@ func DriftFactor(f float64) Option {
 	})
 }
 
-// encodeName escapes a lock name for use inside a hash tag: { } % and
-// ASCII control bytes become %XX (package redis also escapes glob characters).
-func encodeName(name string) string {
-	return redisconn.Escape(name, func(c byte) bool { return c == '{' || c == '}' || c == '%' || c < 0x20 || c == 0x7f })
-}
+// encodeName escapes a lock name for use inside a hash tag, as the redis
+// backend does (redisconn.EncodeName), so that both schemes name a lock's
+// keys alike on one server.
+func encodeName(name string) string { return redisconn.EncodeName(name) }

@@ -2,7 +2,10 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +49,11 @@ type Backend struct {
 var _ dlock.Backend = (*Backend)(nil)
 
 // New returns a backend on the masters that clients connect to, one client
-// per master; a grant needs len(clients)/2+1 of them. The backend does not
+// per master; a grant needs len(clients)/2+1 of them. A master listed twice
+// (the same host and port, after the default port 6379, lower case, and
+// localhost as 127.0.0.1) is an error matching [dlock.ErrInvalidOption]:
+// it would count twice toward the quorum. Fewer than three masters is
+// allowed, with a warning on slog.Default() (see the package doc). The backend does not
 // take the clients over: Close leaves them open. Make the clients with
 // ContextTimeoutEnabled, so that the per-node timeout ([NodeTimeout])
 // bounds their reads and writes, and with MaxRetries -1: a script whose
@@ -66,11 +73,18 @@ func newBackend(clients []*goredis.Client, cfg config) (*Backend, error) {
 	if len(clients) == 0 {
 		cfg.errs = append(cfg.errs, "no masters")
 	}
+	seen := map[string]string{}
 	for _, c := range clients {
 		if c == nil {
 			cfg.errs = append(cfg.errs, "nil client")
 			break
 		}
+		a := c.Options().Addr
+		k := masterKey(c.Options())
+		if prev, ok := seen[k]; ok {
+			cfg.errs = append(cfg.errs, fmt.Sprintf("master %s is listed twice (as %q and %q); each master must count once toward the quorum", k, prev, a))
+		}
+		seen[k] = a
 	}
 	if len(cfg.errs) > 0 {
 		return nil, errkind.Errorf(dlock.ErrInvalidOption, "redlock: %s", strings.Join(cfg.errs, "; "))
@@ -80,6 +94,12 @@ func newBackend(clients []*goredis.Client, cfg config) (*Backend, error) {
 		b.addrs = append(b.addrs, c.Options().Addr)
 	}
 	b.desc = "redlock " + strings.Join(b.addrs, ",")
+	if len(clients) < 3 {
+		// The Client's logger (dlock.WithLogger) does not reach a backend,
+		// which is made first: the process's default logger does.
+		slog.Default().Warn("redlock: fewer than three masters: a grant needs every one of them, so one master down stops all grants (use 3 or more, ideally 5)",
+			"backend", b.desc, "masters", len(clients), "quorum", b.quorum)
+	}
 	b.id = newID()[:16]
 	b.closing, b.endRenewals = context.WithCancel(context.Background())
 	b.startConduits()
@@ -121,6 +141,29 @@ func (b *Backend) Close() error {
 	return err
 }
 
+// masterKey names the server a client connects to, so that one listed
+// twice is found: the port defaults to 6379, host names are compared in
+// lower case, localhost and an empty host are 127.0.0.1, and IP addresses
+// in their canonical form. Other names of one server (another host name,
+// an address of another interface) are not found.
+func masterKey(o *goredis.Options) string {
+	if o.Network == "unix" {
+		return "unix:" + o.Addr
+	}
+	host, port, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		host, port = strings.Trim(o.Addr, "[]"), "6379"
+	}
+	host = strings.ToLower(host)
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	}
+	if host == "" || host == "localhost" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
 func (b *Backend) lockKey(name string) string { return b.cfg.prefix + ":{" + encodeName(name) + "}" }
 
 func (b *Backend) channel(name string) string { return b.lockKey(name) + ":wake" }
@@ -129,7 +172,7 @@ func (b *Backend) channel(name string) string { return b.lockKey(name) + ":wake"
 // (see the scripts): at most 16384 per master, whatever the number of
 // names.
 func (b *Backend) fenceKey(name string) string {
-	return b.cfg.prefix + ":fence:{" + redisconn.SlotTag(redisconn.Slot(encodeName(name))) + "}"
+	return redisconn.FenceKey(b.cfg.prefix, redisconn.Slot(encodeName(name)))
 }
 
 // keys are the lock hash, the fair queue and its waiters' deadlines, the

@@ -126,7 +126,7 @@ if f and (f < 0 or f % 1 ~= 0) then return foreign('fence f is not a non-negativ
 if f and f >= ` + maxTokenLua + ` then
   return foreign('fence f is at the top of the range (` + maxTokenLua + `, the largest integer a Lua number holds exactly): no later token can be given')
 end
-` + redisconn.HoldCheckLua("cur[1]", "cur[2]", "cur[4]") + `
+` + redisconn.HoldEndLua("h", "cur[1]", "cur[4]") + redisconn.HoldCheckLua("cur[1]", "cur[2]", "cur[4]") + `
 if cur[7] and not tonumber(cur[7]) then return foreign('promise time pt is not a number') end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -291,7 +291,7 @@ local function renew(h, fk, owner, tok, x, gid)
   end
   local cur = redis.pcall('HMGET', h, 'o', 'f', 'x')
   if cur.err then return cur end
-  local live = cur[1] and (tonumber(cur[3]) or 0) > now
+  ` + redisconn.HoldEndLua("h", "cur[1]", "cur[3]") + `  local live = cur[1] and (tonumber(cur[3]) or 0) > now
   if live and cur[1] == owner and cur[2] == tok then
     redis.call('HSET', h, 'x', x)
   elseif not live and (tonumber(cur[2]) or hw) <= tonumber(tok) then
@@ -373,7 +373,7 @@ for k = 2, 4, 2 do
   end
 end
 local cur = redis.call('HMGET', h, 'o', 'n', 'g', 'x', 'f', 'p', 'pt')
-local t = redis.call('TIME')
+` + redisconn.HoldEndLua("h", "cur[1]", "cur[4]") + `local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local live = cur[1] and (tonumber(cur[4]) or 0) > now
 local floor = tonumber(ARGV[6])
@@ -495,7 +495,7 @@ end
 var cancelScript = newScript(notifySource + stateSource + `
 if bad then return bad end
 local cur = redis.call('HMGET', KEYS[1], 'o', 'x', 'p')
-local t = redis.call('TIME')
+` + redisconn.HoldEndLua("KEYS[1]", "cur[1]", "cur[2]") + `local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local k = 2
 if redis.call('EXISTS', KEYS[2]) == 0 then

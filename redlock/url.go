@@ -24,7 +24,8 @@ func init() { connect.Register([]string{"redlock", "redlocks"}, ParseURL, Open) 
 //	redlock://[USER:PASSWORD@]HOST:PORT,HOST:PORT,...[?OPTIONS]
 //	redlocks://...   (TLS)
 //
-// listing every master (the default port is 6379). USER and PASSWORD apply
+// listing every master once (the default port is 6379; a master listed
+// twice is an error from [Open]). USER and PASSWORD apply
 // to all of them ([Credentials]). OPTIONS:
 //
 //	key_prefix=dlock     KeyPrefix

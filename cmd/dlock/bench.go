@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/dlocktest"
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 func init() {
@@ -123,7 +124,7 @@ func runBench(ctx context.Context, e *env, opts any, args []string) int {
 		return code
 	}
 	defer store.close()
-	rep := benchReport{URL: u.Redacted(), Fair: f.fair, Duration: wc.Duration.String(), StoreCount: store.what}
+	rep := benchReport{URL: redact.URL(u), Fair: f.fair, Duration: wc.Duration.String(), StoreCount: store.what}
 	failed := false
 	for i, w := range workloads {
 		progress := func(phase string) {
@@ -161,7 +162,7 @@ type openedStore struct {
 // benchStore checks that the backend opens (a usage error or a backend
 // error is reported as for the other commands) and returns the Store.
 func benchStore(ctx context.Context, e *env, f *benchFlags) (openedStore, *url.URL, int) {
-	octx, cancel := context.WithTimeout(ctx, openLimit(f.connect))
+	octx, cancel := openContext(ctx, f.url, f.connect)
 	defer cancel()
 	client, raw, code := openClient(octx, e, f.url, f.connect, f.verbose)
 	if client == nil {
@@ -182,7 +183,7 @@ func benchStore(ctx context.Context, e *env, f *benchFlags) (openedStore, *url.U
 		return openedStore{}, nil, exitUsage
 	}
 	s := openedStore{Store: dlocktest.Store{NewBackend: func(ctx context.Context) (dlock.Backend, error) {
-		octx, cancel := context.WithTimeout(ctx, openLimit(f.connect))
+		octx, cancel := openContext(ctx, f.url, f.connect)
 		defer cancel()
 		return open(octx, u)
 	}}}

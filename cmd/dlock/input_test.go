@@ -15,6 +15,7 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	db := sqliteURL(t) // run and status refuse mem://
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -29,35 +30,35 @@ func TestBadInput(t *testing.T) {
 			[]string{"has no scheme"}},
 		{"bad mem URL", []string{"run", "--url", "mem:///path", "--name", "x", "--", "true"}, 2,
 			[]string{"mem://"}},
-		{"empty name", []string{"run", "--url", "mem://", "--name", "", "--", "true"}, 2,
-			[]string{`lock ""`, "on mem", "invalid lock name", "empty"}},
-		{"long name", []string{"run", "--url", "mem://", "--name", strings.Repeat("n", 256), "--", "true"}, 2,
+		{"empty name", []string{"run", "--url", db, "--name", "", "--", "true"}, 2,
+			[]string{`lock ""`, "on sqlite", "invalid lock name", "empty"}},
+		{"long name", []string{"run", "--url", db, "--name", strings.Repeat("n", 256), "--", "true"}, 2,
 			[]string{"invalid lock name", "longer than 255"}},
-		{"missing name", []string{"run", "--url", "mem://", "--", "true"}, 2,
+		{"missing name", []string{"run", "--url", db, "--", "true"}, 2,
 			[]string{"--name is required", "dlock help run"}},
-		{"TTL too short", []string{"run", "--url", "mem://", "--name", "x", "--ttl", "10ms", "--", "true"}, 2,
-			[]string{`lock "x" on mem`, "TTL 10ms is below the minimum 100ms"}},
-		{"not a duration", []string{"run", "--url", "mem://", "--name", "x", "--ttl", "soon", "--", "true"}, 2,
+		{"TTL too short", []string{"run", "--url", db, "--name", "x", "--ttl", "10ms", "--", "true"}, 2,
+			[]string{`lock "x" on sqlite`, "TTL 10ms is below the minimum 100ms"}},
+		{"not a duration", []string{"run", "--url", db, "--name", "x", "--ttl", "soon", "--", "true"}, 2,
 			[]string{`"soon" is not a duration`}},
-		{"TTL too long", []string{"run", "--url", "mem://", "--name", "x", "--ttl", "2562047h", "--", "true"}, 2,
-			[]string{`lock "x" on mem`, "invalid option", "TTL 2562047h0m0s is above the maximum 24h0m0s of mem"}},
-		{"negative wait", []string{"run", "--url", "mem://", "--name", "x", "--wait", "-1s", "--", "true"}, 2,
+		{"TTL too long", []string{"run", "--url", db, "--name", "x", "--ttl", "2562047h", "--", "true"}, 2,
+			[]string{`lock "x" on sqlite`, "invalid option", "TTL 2562047h0m0s is above the maximum"}},
+		{"negative wait", []string{"run", "--url", db, "--name", "x", "--wait", "-1s", "--", "true"}, 2,
 			[]string{"--wait -1s is negative"}},
-		{"empty owner", []string{"run", "--url", "mem://", "--name", "x", "--owner", "", "--", "true"}, 2,
-			[]string{`lock "x" on mem`, "owner"}},
-		{"no command", []string{"run", "--url", "mem://", "--name", "x"}, 2,
+		{"empty owner", []string{"run", "--url", db, "--name", "x", "--owner", "", "--", "true"}, 2,
+			[]string{`lock "x" on sqlite`, "owner"}},
+		{"no command", []string{"run", "--url", db, "--name", "x"}, 2,
 			[]string{"no command to run"}},
-		{"unknown flag", []string{"run", "--url", "mem://", "--name", "x", "--bogus", "--", "true"}, 2,
+		{"unknown flag", []string{"run", "--url", db, "--name", "x", "--bogus", "--", "true"}, 2,
 			[]string{"bogus"}},
-		{"command not found", []string{"run", "--url", "mem://", "--name", "x", "--", "dlock-no-such-command"}, 127,
+		{"command not found", []string{"run", "--url", db, "--name", "x", "--", "dlock-no-such-command"}, 127,
 			[]string{`"dlock-no-such-command"`, "not found"}},
-		{"command path not found", []string{"run", "--url", "mem://", "--name", "x", "--", "/no/such/dir/cmd"}, 127,
+		{"command path not found", []string{"run", "--url", db, "--name", "x", "--", "/no/such/dir/cmd"}, 127,
 			[]string{"/no/such/dir/cmd", "no such file"}},
-		{"command not executable", []string{"run", "--url", "mem://", "--name", "x", "--", notExec}, 126,
+		{"command not executable", []string{"run", "--url", db, "--name", "x", "--", notExec}, 126,
 			[]string{notExec, "permission denied"}},
 		{"unknown command", []string{"lock"}, 2,
 			[]string{`unknown command "lock"`}},
-		{"status with arguments", []string{"status", "--url", "mem://", "extra"}, 2,
+		{"status with arguments", []string{"status", "--url", db, "extra"}, 2,
 			[]string{"unexpected arguments"}},
 		{"status unknown scheme", []string{"status", "--url", "nosuch://"}, 2,
 			[]string{`unknown URL scheme "nosuch"`}},
@@ -164,9 +165,10 @@ func TestDefaultURLWithoutXDG(t *testing.T) {
 }
 
 func TestURLFromEnvironment(t *testing.T) {
-	env := append(testEnv(t), "DLOCK_URL=mem://shared")
+	db := sqliteURL(t)
+	env := append(testEnv(t), "DLOCK_URL="+db)
 	r := runDlock(t, env, "run", "--name", "x", "--", "sh", "-c", `echo "$DLOCK_URL"`)
-	if r.code != 0 || strings.TrimSpace(r.stdout) != "mem://shared" {
+	if r.code != 0 || strings.TrimSpace(r.stdout) != db {
 		t.Fatalf("exit %d, stdout %q; stderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 	// --url wins over $DLOCK_URL.

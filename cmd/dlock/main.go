@@ -21,10 +21,12 @@ import (
 const (
 	exitOK        = 0
 	exitFailure   = 1   // a failure with no code of its own (status: cannot list)
-	exitUsage     = 2   // bad flags, URL, name, owner or TTL
+	exitUsage     = 2   // configuration error: bad flags, URL, name, owner or TTL, no home
 	exitBusy      = 3   // not acquired within --wait
 	exitLost      = 4   // the lock was not held throughout the command's run
 	exitBackend   = 5   // the backend cannot be opened or does not answer
+	exitForeign   = 6   // the store holds data dlock did not write where the lock's state goes
+	exitRelease   = 7   // the command succeeded but the release failed: the lock stays until its TTL
 	exitNoExec    = 126 // the command cannot be executed
 	exitNotFound  = 127 // the command was not found
 	exitSignalled = 128 // plus the signal number
@@ -159,7 +161,8 @@ func overview(w io.Writer) {
 Usage:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %s\n", c.synopsis)
+		// Wrapped lines hang under the first flag.
+		fmt.Fprintf(w, "  %s\n", wrap(c.synopsis, 2+len("dlock ")+len(c.name)+1, helpWidth))
 	}
 	fmt.Fprintf(w, `  dlock help [COMMAND]
 
@@ -172,7 +175,10 @@ Commands:
   help     show this text, or a command's flags and exit codes
 
 %s
-Run 'dlock help run' for the exit codes of dlock run.
+Exit status: 0 on success, 2 for a configuration error (bad flags or URL),
+5 when the backend cannot be opened or does not answer, 6 when the store
+holds data dlock did not write; each command's help lists its own codes
+('dlock help run' those of dlock run).
 `, backendHelp())
 }
 
@@ -183,18 +189,50 @@ in your state directory, sqlite://$XDG_STATE_HOME/dlock/locks.db (or
 host: another user, and root under sudo, have their own ('dlock help run'
 shows how to share a lock among all users of a host).
 URL schemes built in: %s.
-`, strings.Join(dlock.Schemes(), ", "))
+`, wrap(strings.Join(dlock.Schemes(), ", "), len("URL schemes built in: "), helpWidth))
 }
 
 func printUsage(w io.Writer, c *command) {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	c.flags(fs)
+	// One column for the flags, as wide as the longest of them, so that
+	// every description starts at the same place.
+	width := 0
+	for _, o := range c.order {
+		width = max(width, len(o))
+	}
+	indent := 2 + 2 + width + 2
 	var b strings.Builder
 	for _, o := range c.order {
 		name, _, _ := strings.Cut(o, " ")
-		fmt.Fprintf(&b, "  --%-13s %s\n", o, strings.ReplaceAll(fs.Lookup(name).Usage, "\n", "\n"+strings.Repeat(" ", 18)))
+		fmt.Fprintf(&b, "  --%-*s  %s\n", width, o, wrap(fs.Lookup(name).Usage, indent, helpWidth))
 	}
 	fmt.Fprint(w, strings.Replace(c.usage, "%FLAGS%", b.String(), 1))
+}
+
+// helpWidth is the width the help's flag descriptions are wrapped to.
+const helpWidth = 80
+
+// wrap fills the words of s into lines that end before column width,
+// the lines after the first indented by indent spaces (the first starts
+// there too, after the flag's column).
+func wrap(s string, indent, width int) string {
+	var b strings.Builder
+	col := indent
+	for i, w := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case col+1+len(w) > width:
+			b.WriteString("\n" + strings.Repeat(" ", indent))
+			col = indent
+		default:
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(w)
+		col += len(w)
+	}
+	return b.String()
 }
 
 // optDuration is a duration flag that knows whether it was set. It takes
@@ -249,7 +287,7 @@ func openClient(ctx context.Context, e *env, rawURL string, connect optDuration,
 	u, err := backendURL(rawURL, e.getenv)
 	if err != nil {
 		e.errorf("%v", err)
-		return nil, "", exitBackend
+		return nil, "", urlErrorCode(err)
 	}
 	open := u
 	if connect.set {
@@ -275,6 +313,8 @@ func errorCode(err error) int {
 	switch {
 	case errors.Is(err, dlock.ErrInvalidName), errors.Is(err, dlock.ErrInvalidOption):
 		return exitUsage
+	case errors.Is(err, dlock.ErrForeignData):
+		return exitForeign
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return exitBusy
 	case errors.Is(err, dlock.ErrLeaseLost):

@@ -55,7 +55,8 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	_, schemes, _ = strings.Cut(string(out), "URL schemes built in: ")
-	schemes, _, _ = strings.Cut(schemes, "\n")
+	schemes, _, _ = strings.Cut(schemes, ".\n") // wrapped over lines
+	schemes = strings.Join(strings.Fields(schemes), " ") + "."
 	return m.Run()
 }
 

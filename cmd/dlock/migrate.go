@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -31,15 +30,20 @@ Create the tables the backend keeps its locks in, if they do not exist, and
 check those that do. The SQL backends (sqlite, postgres, mysql) also do this
 on first use; run it ahead of time to create them as a user with the rights
 to, or to check a deployment. The table is the URL's ?table= (default
-dlock_locks), with its waiters table beside it; a ?migrate=false in the
-URL (which makes applications only check the tables) is ignored here. It is safe to run from
-several places at once. Backends that keep no schema (redis, redlock,
-zookeeper, etcd, mem) have nothing to create: it says so and exits 0.
+dlock_locks), with its waiters table TABLE_waiters beside it, and on
+PostgreSQL its listeners table TABLE_listeners (one row per connection that
+LISTENs for releases) and the trigger that notifies them; a ?migrate=false
+in the URL (which makes applications only check the tables) is ignored
+here. It is safe to run from several places at once. Backends that keep no
+schema (redis, redlock, zookeeper, etcd, mem) have nothing to create: it
+says so and exits 0. The whole run is bounded by 2 minutes (or twice the
+connect timeout if that is longer; not at all with a connect timeout of 0).
 
 ` + backendUsage + `  0  the tables exist and are dlock's (or the backend keeps none)
-  2  usage error: a bad flag or URL
-  5  backend error: the backend cannot be opened, does not answer, or a
-     table of that name exists and is not dlock's
+  2  configuration error: a bad flag or URL, or no home directory for the
+     default database
+  5  backend error: the backend cannot be opened or does not answer
+  6  foreign data: a table of that name exists and is not dlock's
 `
 
 type migrateFlags struct {
@@ -54,13 +58,18 @@ func migrateFlagSet(fs *flag.FlagSet) any {
 
 func runMigrate(ctx context.Context, e *env, opts any, args []string) int {
 	f := opts.(*migrateFlags)
-	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
-	defer cancel()
 	raw, err := backendURL(f.url, e.getenv)
 	if err != nil {
 		e.errorf("%v", err)
-		return exitBackend
+		return urlErrorCode(err)
 	}
+	var cancel context.CancelFunc
+	if d, ok := connectTimeout(raw, f.connect); ok && d == 0 {
+		ctx, cancel = context.WithCancel(ctx) // no limit, as asked
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, max(migrateTimeout, 2*d))
+	}
+	defer cancel()
 	client, _, code := openClient(ctx, e, withoutMigrateParam(raw), f.connect, f.verbose)
 	if client == nil {
 		return code
@@ -73,10 +82,7 @@ func runMigrate(ctx context.Context, e *env, opts any, args []string) int {
 	}
 	if err := m.Migrate(ctx); err != nil {
 		e.errorf("migrate: %v", err)
-		if errors.Is(err, dlock.ErrInvalidOption) {
-			return exitUsage
-		}
-		return exitBackend
+		return errorCode(err)
 	}
 	table := ""
 	if t, ok := client.Backend().(interface{ Table() string }); ok {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 const (
@@ -60,8 +61,12 @@ environment:
                 every grant of the lock; give it to the resource you protect
                 so that it can refuse a holder that lost the lock unawares
   DLOCK_OWNER   the owner id of the grant
-  DLOCK_URL     the backend's URL, so that dlock run and dlock status inside
-                COMMAND use the same backend
+  DLOCK_URL     the backend's URL without its secrets (the password before
+                the @ and parameters such as password= and sslpassword=
+                are left out), so that dlock run and dlock status inside
+                COMMAND use the same backend; a COMMAND that needs the
+                credentials must be given them another way (a file, a
+                variable of your own)
 
 If the lease is lost while COMMAND runs (the backend gave the lock away, or
 could not be reached until the lease ran out), dlock sends SIGTERM to
@@ -86,6 +91,11 @@ exited. Suspending dlock (Ctrl-Z) for longer than the TTL loses the lock.
 Flags:
 %FLAGS%
 Durations are Go durations (500ms, 30s, 1m30s) or plain numbers of seconds.
+As flock -w does, --wait D makes one attempt however short D is (bounded by
+the backend's request timeout, not by D), then waits for the rest of D.
+Opening the backend (its tables created included) is bounded by 30s, or
+twice the connect timeout if that is longer; a connect timeout of 0 removes
+the bound.
 
 Backend:
   The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite file
@@ -94,6 +104,8 @@ Backend:
   this host only: another user, and root under sudo, have a file of their
   own, so their dlock run and yours never exclude each other. Locks across
   hosts need a server backend ('dlock help' lists the URL schemes built in).
+  mem:// is refused (exit 2): it keeps its locks in dlock's own process, so
+  two dlock run would never exclude each other.
 
   A lock for every user of the host, as flock(1) gives on a shared file:
   have an administrator create a database that every user can write, in a
@@ -111,16 +123,23 @@ Exit status:
   N       COMMAND ran, holding the lock throughout, and exited with status N
   128+N   COMMAND was killed by signal N (130 for SIGINT, 143 for SIGTERM),
           or dlock got signal N while it was waiting for the lock
-  2       usage error: a bad flag, URL, lock name, owner or TTL
+  2       configuration error: a bad flag, URL, lock name, owner or TTL,
+          mem://, or no home directory for the default database
   3       the lock is busy: not acquired within --wait
   4       the lock was not held throughout: the lease was lost while
           COMMAND ran (COMMAND was terminated, or had just exited), or the
           release found the lock taken over by another owner
   5       backend error: the backend cannot be opened or does not answer
+  6       foreign data: where the lock's state goes, the store holds data
+          dlock did not write (dlock status lists it under FOREIGN DATA);
+          remove or repair it, or use another table, prefix or namespace
+  7       the release failed after COMMAND exited 0: the lock stays held
+          until its TTL runs out (when COMMAND failed, its own status is
+          kept and stderr says that the release failed too)
   126     COMMAND cannot be executed (e.g. permission denied)
   127     COMMAND was not found
   dlock writes a message on stderr for each code of its own, so a COMMAND
-  that exits 2-5 itself can be told apart by the absence of one.
+  that exits 2-7 itself can be told apart by the absence of one.
 
 Examples:
   dlock run --name nightly -- ./job.sh              wait for the lock, then run
@@ -175,7 +194,7 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 	// Until the command runs, a signal ends dlock: opening and waiting are
 	// cancelled.
 	ictx, interrupted := interruptible(ctx, sigs)
-	client, url, code := f.open(ictx, e)
+	client, url, code := f.open(ictx, e, "run")
 	if client == nil {
 		if sig := interrupted(); sig != nil {
 			return interruptCode(e, sig, fmt.Sprintf("while opening the backend for lock %q", f.name))
@@ -262,8 +281,9 @@ func notifyForwarded() chan os.Signal {
 }
 
 // unlockAfter releases lease after the command ended with exit code code
-// and returns dlock's exit code: code, or exitLost if the release finds
-// the lock taken over.
+// and returns dlock's exit code: code, exitLost if the release finds the
+// lock taken over, or exitRelease if the release failed after the command
+// succeeded (a failed command keeps its own code; the message says it).
 func unlockAfter(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, code int) int {
 	timeout := unlockTimeout
 	if code == exitLost {
@@ -281,8 +301,14 @@ func unlockAfter(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, code in
 			e.errorf("lost lock %q before %s's release: the lock may not have been held while %s ran (exit status 4)", f.name, cmd.Args[0], cmd.Args[0])
 			return exitLost
 		}
-		// The command's status stands: the lease was valid when it exited.
-		e.errorf("%v; the lock frees when its TTL runs out", err)
+		// The lease was valid when the command exited, but the lock stays
+		// held until its TTL runs out: not a clean success.
+		e.errorf("%v", err)
+		if code == exitOK {
+			e.errorf("releasing lock %q failed after %s succeeded; the lock frees when its TTL runs out (exit status %d)", f.name, cmd.Args[0], exitRelease)
+			return exitRelease
+		}
+		e.errorf("releasing lock %q failed after %s exited with status %d (kept); the lock frees when its TTL runs out", f.name, cmd.Args[0], code)
 	}
 	return code
 }
@@ -290,26 +316,45 @@ func unlockAfter(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, code in
 // acquire takes the lock as --wait says.
 func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []dlock.Option) (*dlock.Lease, error) {
 	holders := make(chan dlock.Holder, 1) // the last holder seen while waiting
-	onWait := func(h dlock.Holder) {
-		e.errorf("waiting for lock %q on %s: %s", f.name, c, describeHolder(h))
+	remember := func(h dlock.Holder) {
 		select {
 		case <-holders:
 		default:
 		}
 		holders <- h
 	}
+	onWait := func(h dlock.Holder) {
+		e.errorf("waiting for lock %q on %s: %s", f.name, c, describeHolder(h))
+		remember(h)
+	}
 	m := c.Mutex(f.name, append(mopts, dlock.OnWait(onWait))...)
-	if f.wait.set && f.wait.d == 0 {
-		return m.TryLock(ctx)
+	if !f.wait.set {
+		return m.Lock(ctx)
 	}
-	if f.wait.set {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, f.wait.d)
+	// As flock -w: one attempt first, whatever --wait (a 1ms --wait must
+	// not fail on a free lock because the deadline cut the attempt short);
+	// the attempt is bounded by the backend's request timeout and by
+	// signals, not by --wait.
+	start := time.Now()
+	l, err := m.TryLock(ctx)
+	if f.wait.d == 0 || !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrBackendUnavailable) {
+		return l, err
+	}
+	var held *dlock.HeldError
+	if errors.As(err, &held) {
+		remember(held.Holder)
+	}
+	if rest := f.wait.d - time.Since(start); rest > 0 {
+		wctx, cancel := context.WithTimeout(ctx, rest)
 		defer cancel()
+		l, err = m.Lock(wctx)
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) ||
+			errors.Is(err, dlock.ErrBackendUnavailable) || ctx.Err() != nil {
+			return l, err
+		}
 	}
-	l, err := m.Lock(ctx)
 	var de *dlock.Error
-	if errors.Is(err, dlock.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded) && errors.As(err, &de) {
+	if errors.As(err, &de) && errors.Is(err, dlock.ErrNotAcquired) {
 		// Say who held it rather than "context deadline exceeded".
 		cause := fmt.Errorf("gave up after --wait %v", f.wait.d)
 		select {
@@ -320,7 +365,7 @@ func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []
 		}
 		err = &dlock.Error{Op: de.Op, Name: de.Name, Backend: de.Backend, Kind: dlock.ErrNotAcquired, Err: cause}
 	}
-	return l, err
+	return nil, err
 }
 
 // interruptible returns a context that is cancelled when a signal arrives
@@ -374,7 +419,7 @@ func runHolding(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, url stri
 		"DLOCK_NAME="+lease.Name(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
 		"DLOCK_OWNER="+lease.Owner(),
-		"DLOCK_URL="+url,
+		"DLOCK_URL="+redact.Strip(url), // the secrets stay with dlock
 	)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
 	if err := lease.Err(); err != nil {

@@ -22,7 +22,7 @@ func TestExitStatusPassthrough(t *testing.T) {
 		{"kill -KILL $$", 128 + int(syscall.SIGKILL)},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
-			r := runDlock(t, nil, "run", "--url", "mem://", "--name", "x", "--", "sh", "-c", tc.script)
+			r := runDlock(t, nil, "run", "--name", "x", "--", "sh", "-c", tc.script)
 			if r.code != tc.want {
 				t.Fatalf("exit code %d, want %d; stderr:\n%s", r.code, tc.want, r.stderr)
 			}
@@ -34,14 +34,14 @@ func TestExitStatusPassthrough(t *testing.T) {
 }
 
 func TestChildEnvironmentAndStdio(t *testing.T) {
-	p := startIn(t, nil, strings.NewReader("hello\n"), "run", "--url", "mem://", "--name", "jobs/nightly", "--",
+	p := startIn(t, nil, strings.NewReader("hello\n"), "run", "--name", "jobs/nightly", "--",
 		"sh", "-c", `read line; echo "in=$line name=$DLOCK_NAME token=$DLOCK_TOKEN owner=$DLOCK_OWNER url=$DLOCK_URL"; echo err >&2`)
 	r := result{code: p.wait(), stdout: p.stdout.String(), stderr: p.stderr.String()}
 	if r.code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", r.code, r.stderr)
 	}
 	f := fields(r.stdout)
-	if f["in"] != "hello" || f["name"] != "jobs/nightly" || f["url"] != "mem://" {
+	if f["in"] != "hello" || f["name"] != "jobs/nightly" || !strings.HasPrefix(f["url"], "sqlite://") {
 		t.Errorf("child saw %q", r.stdout)
 	}
 	if tok, err := strconv.ParseUint(f["token"], 10, 64); err != nil || tok == 0 {

@@ -45,7 +45,7 @@ sh -c 'trap "echo grandchild >> \"\$1\"; exit 0" ` + tc.name + `; echo $$ > "$2"
 while [ ! -s "$2" ]; do sleep 0.01; done
 echo ready > "$3"
 while :; do sleep 0.05; done`
-			p := start(t, nil, "run", "--url", "mem://", "--name", "x", "--", "sh", "-c", script, "sh", mark, grand, ready)
+			p := start(t, nil, "run", "--name", "x", "--", "sh", "-c", script, "sh", mark, grand, ready)
 			waitFile(t, ready, p)
 			t.Cleanup(func() { // in case the grandchild survives a failure
 				if b, err := os.ReadFile(grand); err == nil {
@@ -86,7 +86,7 @@ while :; do sleep 0.05; done`
 
 // The command runs in a process group of its own.
 func TestCommandHasItsOwnProcessGroup(t *testing.T) {
-	r := runDlock(t, nil, "run", "--url", "mem://", "--name", "x", "--", "sh", "-c", `ps -o pid= -o pgid= -p $$`)
+	r := runDlock(t, nil, "run", "--name", "x", "--", "sh", "-c", `ps -o pid= -o pgid= -p $$`)
 	f := strings.Fields(r.stdout)
 	if r.code != 0 || len(f) != 2 {
 		t.Skipf("ps: exit %d, %q, %s", r.code, r.stdout, r.stderr)
@@ -103,7 +103,7 @@ func TestCommandHasItsOwnProcessGroup(t *testing.T) {
 // by the command.
 func TestIgnoredSignalsStayIgnored(t *testing.T) {
 	p := startProg(t, nil, nil, "sh", "-c", `trap "" HUP; exec "$0" "$@"`, dlockBin,
-		"run", "--url", "mem://", "--name", "x", "--", "sh", "-c", `kill -HUP $PPID; kill -HUP $$; sleep 0.2; echo survived`)
+		"run", "--name", "x", "--", "sh", "-c", `kill -HUP $PPID; kill -HUP $$; sleep 0.2; echo survived`)
 	if code := p.wait(); code != 0 || p.stdout.String() != "survived\n" {
 		t.Fatalf("exit code %d, stdout %q; stderr:\n%s", code, p.stdout.String(), p.stderr.String())
 	}

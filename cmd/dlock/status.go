@@ -33,7 +33,8 @@ const statusUsage = `Usage: dlock status [flags]
 
 List the locks held on the backend, one per line, sorted by name:
   NAME        the lock's name
-  OWNER       the holder's owner id (host/pid/random for dlock run, unless --owner)
+  OWNER       the holder's owner id (host/pid/random for dlock run, unless
+              it was given --owner)
   TOKEN       the fencing token of the hold
   HOLDS       the reentry count
   EXPIRES IN  the lease left by the backend's clock if the holder stops renewing
@@ -49,8 +50,12 @@ With no lock held it prints nothing on stdout and says so on stderr.
 
 ` + backendUsage + `  0  the listing was printed
   1  the backend cannot list locks
-  2  usage error: a bad flag or URL
+  2  configuration error: a bad flag or URL, mem:// (a backend in dlock's
+     own process, with no locks of other processes), or no home directory
+     for the default database
   5  backend error: the backend cannot be opened or does not answer
+  6  foreign data: the backend cannot be opened on what the store holds
+     (a table of that name that is not dlock's)
 `
 
 type statusFlags struct {
@@ -67,7 +72,7 @@ func statusFlagSet(fs *flag.FlagSet) any {
 
 func runStatus(ctx context.Context, e *env, opts any, args []string) int {
 	f := opts.(*statusFlags)
-	client, _, code := f.open(ctx, e)
+	client, _, code := f.open(ctx, e, "status")
 	if client == nil {
 		return code
 	}

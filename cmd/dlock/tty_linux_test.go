@@ -129,7 +129,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, term *terminal) int {
 // be stopped reading it otherwise).
 func TestTerminalForeground(t *testing.T) {
 	term, cmd := startOnTerminal(t, testEnv(t), "sh", "-c",
-		`"$0" run --url mem:// --name x -- sh -c 'echo "$((6*7))ready"; read line; echo "got:$line"'; echo "dlock:$?"; read x; echo "after:$x"`,
+		`"$0" run --name x -- sh -c 'echo "$((6*7))ready"; read line; echo "got:$line"'; echo "dlock:$?"; read x; echo "after:$x"`,
 		dlockBin)
 	var at int
 	term.expect("42ready", &at)
@@ -145,7 +145,7 @@ func TestTerminalForeground(t *testing.T) {
 
 // Ctrl-C on the terminal interrupts the command; dlock exits 130.
 func TestTerminalInterrupt(t *testing.T) {
-	term, cmd := startOnTerminal(t, testEnv(t), dlockBin, "run", "--url", "mem://", "--name", "x", "--",
+	term, cmd := startOnTerminal(t, testEnv(t), dlockBin, "run", "--name", "x", "--",
 		"sh", "-c", `echo "$((6*7))ready"; sleep 30`)
 	var at int
 	term.expect("42ready", &at)
@@ -164,7 +164,7 @@ func TestTerminalSuspendAndResume(t *testing.T) {
 	env := append(testEnv(t), "PS1=$ ", "TERM=dumb", "PATH="+os.Getenv("PATH"))
 	term, cmd := startOnTerminal(t, env, "bash", "--norc", "--noprofile", "-i")
 	var at int
-	term.send(dlockBin + ` run --url mem:// --name x -- sh -c 'echo "$((6*7))ready"; read line; echo "got:$line"'` + "\n")
+	term.send(dlockBin + ` run --name x -- sh -c 'echo "$((6*7))ready"; read line; echo "got:$line"'` + "\n")
 	term.expect("42ready", &at)
 	time.Sleep(100 * time.Millisecond) // let the command block in read
 	term.send("\x1a")

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-dev/dlock/internal/redact"
 	"github.com/dlock-dev/dlock/internal/verify"
 )
 
@@ -53,46 +54,46 @@ grant.
 Faults (--faults, comma-separated; each lands on the worker that just read
 the resource, i.e. inside its critical section, every 1-2 TTL, the kinds in
 turn):
-  pause       SIGSTOP the holder for 1.5-2.5 TTL, then SIGCONT: its write
-              arrives late and the fence must refuse it
-  kill        SIGKILL the holder; a new worker starts (on ZooKeeper the lock
-              frees when the dead session times out: see session_timeout)
-  latency     the holder's replies from the store come TTL/4 late, for 2 TTL
-  drop        the holder's replies from the store never arrive, for 1.5 TTL;
-              then its connections are reset
-  cut         the holder's link to the store is cut for 2 TTL
-  slow-write  the holder's write reaches the resource 1.5 TTL late while its
-              link to the store is cut
-  skew        every other worker's dlock Clock runs at 1+--skew times real
-              time for the whole run; a skew beyond the Drift (1%) is outside
-              dlock's assumptions and its violations are labelled so
+  pause         SIGSTOP the holder for 1.5-2.5 TTL, then SIGCONT: its write
+                arrives late and the fence must refuse it
+  kill          SIGKILL the holder; a new worker starts (on ZooKeeper the lock
+                frees when the dead session times out: see session_timeout)
+  latency       the holder's replies from the store come TTL/4 late, for 2 TTL
+  drop          the holder's replies from the store never arrive, for 1.5 TTL;
+                then its connections are reset
+  cut           the holder's link to the store is cut for 2 TTL
+  slow-write    the holder's write reaches the resource 1.5 TTL late while its
+                link to the store is cut
+  skew          every other worker's dlock Clock runs at 1+--skew times real
+                time for the whole run; a skew beyond the Drift (1%) is outside
+                dlock's assumptions and its violations are labelled so
   server-pause  (--local) SIGSTOP a server for 2 TTL: the only one; 2 of
-              Redlock's 5 masters; the leader and a follower of a 3-node
-              ZooKeeper or etcd ensemble, in turn
+                Redlock's 5 masters; the leader and a follower of a 3-node
+                ZooKeeper or etcd ensemble, in turn
   server-kill   (--local) SIGKILL the same targets, restart after 1.5 TTL
-              (Redlock's delayed restart); a Redis server comes back empty,
-              which is outside its assumptions, and is labelled so
+                (Redlock's delayed restart); a Redis server comes back empty,
+                which is outside its assumptions, and is labelled so
   server-cut    (--local zookeeper, etcd) cut the leader, then a follower,
-              of the 3-node ensemble off the network (from the other
-              members and from every client, both ways) for 2 TTL and
-              longer than the ZooKeeper session (4 s), then heal and wait
-              until it serves again. Each member runs in a Linux network
-              namespace of its own, which needs root and iproute2's ip;
-              without them, or on another kind, it is not applicable and
-              the command says so before it starts
+                of the 3-node ensemble off the network (from the other
+                members and from every client, both ways) for 2 TTL and
+                longer than the ZooKeeper session (4 s), then heal and wait
+                until it serves again. Each member runs in a Linux network
+                namespace of its own, which needs root and iproute2's ip;
+                without them, or on another kind, it is not applicable and
+                the command says so before it starts
   failover      (--local redis-sentinel, redis-sentinel-wait) SIGKILL the
-              master, wait for the Sentinel to promote the replica, bring the
-              old master back as its replica: outside Redis's assumptions
-              (asynchronous replication, with or without WAIT), so what it
-              causes is reported and labelled
+                master, wait for the Sentinel to promote the replica, bring the
+                old master back as its replica: outside Redis's assumptions
+                (asynchronous replication, with or without WAIT), so what it
+                causes is reported and labelled
 The network faults go through TCP proxies that dlock verify runs on
 loopback between each worker and the store (and the resource); they cannot
 be applied to sqlite, mem, redis+cluster or redis+sentinel (whose clients
 are redirected past a proxy), and the command says so before it starts.
 
 Mutations (--mutate) make runs that must fail, to show the checker can:
-  fence-off     the resource accepts stale tokens         → (c) violations
-  validity-off  workers ignore their leases' validity     → (a) violations
+  fence-off     the resource accepts stale tokens          → (c) violations
+  validity-off  workers ignore their leases' validity      → (a) violations
   broken-lock   each worker has a lock of its own (mem://) → (a), (b)
 
 Flags:
@@ -175,7 +176,7 @@ func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(e.stderr, "dlock verify: %s, %d workers, %v, ttl %v, faults %s, seed %d\n",
-		url, cfg.Workers, cfg.Duration, cfg.TTL, o.faults, cfg.Seed)
+		redact.String(url), cfg.Workers, cfg.Duration, cfg.TTL, o.faults, cfg.Seed)
 	rep, err := verify.Run(ctx, cfg)
 	if err != nil {
 		e.errorf("verify: %v", err)
@@ -208,7 +209,7 @@ func verifyBackend(e *env, c *command, o *verifyOpts) (local *verify.Local, url 
 	} else {
 		if url, err = backendURL(o.url, e.getenv); err != nil {
 			e.errorf("verify: %v", err)
-			return nil, "", exitBackend
+			return nil, "", urlErrorCode(err)
 		}
 		if o.connect.set {
 			if url, err = withConnectTimeout(url, o.connect.d); err != nil {

@@ -31,3 +31,29 @@ func Escape(s string, esc func(byte) bool) string {
 	}
 	return b.String()
 }
+
+// EncodeName escapes a lock name for use inside a hash tag and a SCAN
+// pattern: the bytes { } % and the glob characters * ? [ ] \ as well as
+// ASCII control bytes become %XX; everything else (including UTF-8) is
+// kept. The packages redis and redlock both name a lock's keys with it,
+// so that the two schemes on one server share a name's keys.
+func EncodeName(name string) string { return Escape(name, NameEscapes) }
+
+// NameEscapes reports whether EncodeName escapes c.
+func NameEscapes(c byte) bool {
+	switch c {
+	case '{', '}', '%', '*', '?', '[', ']', '\\':
+		return true
+	}
+	return c < 0x20 || c == 0x7f
+}
+
+// FenceKey returns the fence key of the names in a Cluster slot under
+// prefix, PREFIX:fence:{TAG} (see [SlotTag]): it holds the highest token
+// granted to any of them and is never deleted. The packages redis (on every
+// topology) and redlock (on each master) raise the same key with the same
+// rule (a new token is above it), so tokens of a name used through both
+// schemes on one server only increase.
+func FenceKey(prefix string, slot uint16) string {
+	return prefix + ":fence:{" + SlotTag(slot) + "}"
+}

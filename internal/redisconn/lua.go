@@ -37,3 +37,22 @@ func TokenLua(n string) string {
 func FenceErrorLua(fk string) string {
 	return `redis.error_reply('DLOCKFOREIGN fence key ' .. ` + fk + ` .. ' does not hold a token (a non-negative integer below ` + maxTokenLua + `)')`
 }
+
+// HoldEndLua is a Lua statement, for the redlock scripts, that sets the
+// Lua variable x (a field read from a lock hash h) to the end of the hold,
+// the server's time in ms, when the hash has an owner (the Lua expression
+// o) but no x and an expiry: the redis backend's common path writes such
+// holds, whose lease ends with the hash. Both backends keep a name in the
+// same hash on one server, so a redlock script must see such a hold as
+// live until the hash expires, never as free (which would let it take or
+// delete the redis holder's lock).
+func HoldEndLua(h, o, x string) string {
+	return `if ` + o + ` and not ` + x + ` then
+  local p = redis.call('PTTL', ` + h + `)
+  if p > 0 then
+    local t0 = redis.call('TIME')
+    ` + x + ` = string.format('%.0f', t0[1] * 1000 + math.floor(t0[2] / 1000) + p)
+  end
+end
+`
+}

@@ -11,7 +11,7 @@
 //     is an error naming it.
 //
 // Every error matches dlock.ErrInvalidOption and names the backend and the
-// URL (with its password redacted).
+// URL (with its secrets masked by package redact).
 package urlq
 
 import (
@@ -25,13 +25,14 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/errkind"
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 // Query is a URL's query being read. The getters record the first error;
 // Done reports it.
 type Query struct {
 	backend string
-	url     string // redacted, for messages
+	url     string // its secrets masked, for messages
 	vals    url.Values
 	taken   map[string]bool
 	err     error
@@ -40,7 +41,7 @@ type Query struct {
 // Parse starts reading u's query for the named backend ("postgres",
 // "redis", ...).
 func Parse(backend string, u *url.URL) *Query {
-	q := &Query{backend: backend, url: u.Redacted(), taken: map[string]bool{}}
+	q := &Query{backend: backend, url: redact.URL(u), taken: map[string]bool{}}
 	q.vals, q.err = url.ParseQuery(u.RawQuery)
 	if q.err != nil {
 		q.err = q.errorf("query: %v", q.err)

@@ -10,6 +10,8 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 // Network faults, applied through in-process TCP proxies (toxiproxy as a
@@ -65,7 +67,7 @@ func canFault(rawURL string) error {
 func splitHosts(rawURL string) (head string, hosts []string, tail string, err error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return "", nil, "", fmt.Errorf("network faults need a URL with a host: %q", rawURL)
+		return "", nil, "", fmt.Errorf("network faults need a URL with a host: %q", redact.String(rawURL))
 	}
 	authority := rest
 	if i := strings.IndexAny(rest, "/?"); i >= 0 {
@@ -83,7 +85,7 @@ func splitHosts(rawURL string) (head string, hosts []string, tail string, err er
 		hosts = append(hosts, h)
 	}
 	if len(hosts) == 0 || hosts[0] == "" {
-		return "", nil, "", fmt.Errorf("network faults need a URL with a host: %q", rawURL)
+		return "", nil, "", fmt.Errorf("network faults need a URL with a host: %q", redact.String(rawURL))
 	}
 	return head, hosts, tail, nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/dlock-dev/dlock/internal/redact"
 )
 
 // writeReport writes report.md, grants.png and result.json to dir.
@@ -39,7 +41,7 @@ func reportMarkdown(rep *Report) string {
 	cfg := rep.Config
 	fmt.Fprintf(&b, "# dlock verify\n\n%s\n\n", rep.Summary())
 	fmt.Fprintf(&b, "| setting | value |\n|---|---|\n| url | `%s` |\n| lock | `%s` |\n| workers | %d (%d started) |\n| duration | %v |\n| ttl | %v |\n| fair | %v |\n| faults | %s |\n| seed | %d |\n| mutation | %s |\n| started | %s |\n\n",
-		cfg.URL, cfg.Name, cfg.Workers, rep.Workers, cfg.Duration, cfg.TTL, cfg.Fair,
+		redact.String(cfg.URL), cfg.Name, cfg.Workers, rep.Workers, cfg.Duration, cfg.TTL, cfg.Fair,
 		orNone(strings.Join(cfg.Faults, ",")), cfg.Seed, orNone(cfg.Mutate), rep.Started.UTC().Format(time.RFC3339))
 	if cfg.Local != nil {
 		fmt.Fprintf(&b, "Servers started by the command (--local %s): %s.\n\n", cfg.Local.Kind, cfg.Local.Version)
@@ -115,7 +117,7 @@ func resultJSON(rep *Report) map[string]any {
 	res, cfg := rep.Result, rep.Config
 	out := map[string]any{
 		"pass":            !res.Failed(),
-		"url":             cfg.URL,
+		"url":             redact.String(cfg.URL),
 		"workers":         cfg.Workers,
 		"workers_started": rep.Workers,
 		"duration_s":      cfg.Duration.Seconds(),
