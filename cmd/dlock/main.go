@@ -275,6 +275,11 @@ func errorCode(err error) int {
 	switch {
 	case errors.Is(err, dlock.ErrInvalidName), errors.Is(err, dlock.ErrInvalidOption):
 		return exitUsage
+	case errors.Is(err, dlock.ErrBackendUnavailable):
+		// Before "busy": a wait that ended while the store did not answer
+		// matches both, and the store being down is what the caller must
+		// learn.
+		return exitBackend
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return exitBusy
 	case errors.Is(err, dlock.ErrLeaseLost):

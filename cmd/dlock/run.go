@@ -309,7 +309,7 @@ func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []
 	}
 	l, err := m.Lock(ctx)
 	var de *dlock.Error
-	if errors.Is(err, dlock.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded) && errors.As(err, &de) {
+	if errors.Is(err, dlock.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrBackendUnavailable) && errors.As(err, &de) {
 		// Say who held it rather than "context deadline exceeded".
 		cause := fmt.Errorf("gave up after --wait %v", f.wait.d)
 		select {
