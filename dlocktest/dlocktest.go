@@ -96,6 +96,10 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 		{"WokenNotPolling", (*suite).wokenNotPolling},
 		{"ExtremeTTL", (*suite).extremeTTL},
 		{"NamespaceIsolation", (*suite).namespaceIsolation},
+		{"LostShorterExtend", (*suite).lostShorterExtend},
+		{"LeaseContextTimeout", (*suite).leaseContextTimeout},
+		{"SilentStoreNotBusy", (*suite).silentStoreNotBusy},
+		{"StoreDownWhileWaiting", (*suite).storeDownWhileWaiting},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if cfg.leakCheck {
