@@ -171,6 +171,7 @@ type acquisition struct {
 	cut      bool          // the last attempt's outcome is unknown
 	seen     Holder        // the holder OnWait was last told of
 	lastBusy error         // the last "held by" answer, for the error if ctx ends
+	down     error         // the store's unavailability since its last answer, if any
 	backoff  time.Duration // the pause after the store was last unreachable
 }
 
@@ -187,8 +188,10 @@ func (q *acquisition) run(req Request) (Grant, error) {
 	for q.w != nil && err != nil {
 		switch {
 		case errors.Is(err, ErrNotAcquired):
+			q.down = nil
 			err = q.waitRelease(err)
 		case errors.Is(err, ErrBackendUnavailable) && q.a.ctx.Err() == nil:
+			q.down = err
 			err = q.pause(err)
 		default:
 			return g, err
@@ -247,6 +250,10 @@ const lateRenewals = 3
 
 var errLateGrant = errors.New("granted after the TTL had passed")
 
+// errNoAnswer is the cause of an acquisition whose ctx ended before the
+// store answered its last attempt.
+var errNoAnswer = fmt.Errorf("%w: the store did not answer before the context ended", ErrBackendUnavailable)
+
 // freshen renews a grant whose answer arrived after its validity was over
 // (the store stalled longer than the TTL, as in a failover or an election):
 // Lock never returns a lease that is over before the caller sees it. A
@@ -304,7 +311,16 @@ func (q *acquisition) abandon(err error) (kind, _ error) {
 		if !errors.Is(err, ctxErr) {
 			err = chain{err, ctxErr}
 		}
-		if q.lastBusy != nil && !errors.Is(err, ErrNotAcquired) {
+		// A store that did not answer is not a busy lock: a caller that
+		// skips its work on ErrNotAcquired must be told the store is down.
+		switch {
+		case errors.Is(err, ErrBackendUnavailable):
+		case q.cut:
+			err = chain{errNoAnswer, err}
+		case q.down != nil:
+			err = chain{q.down, err}
+		}
+		if q.lastBusy != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrBackendUnavailable) {
 			// Say who held the lock when the wait ended.
 			err = chain{q.lastBusy, err}
 		}

@@ -341,6 +341,7 @@ func (k *keeper) renew(now instant, due []*Lease) {
 		var ttl time.Duration
 		ttl, finals[i] = l.renewTTLLocked(sent, l.ttl)
 		rs[i] = Renewal{Hold: l.hold(), TTL: ttl}
+		l.capLocked(sent, ttl) // the last one before MaxHold may end the hold sooner
 		limit = min(limit, l.deadline)
 		l.mu.Unlock()
 	}

@@ -89,7 +89,12 @@ func (l *Lease) Holds() int { return int(l.count) }
 
 // Deadline returns the end of the validity the client can promise: the send
 // time of the last successful acquire or renewal plus TTL × (1 − drift),
-// bounded by MaxHold. Each renewal moves it forward.
+// bounded by MaxHold. Each renewal moves it forward. A renewal whose answer
+// is not known counts as applied: before one with a TTL that would end
+// the hold sooner (Extend to a shorter TTL, the last renewal before
+// MaxHold) is sent, the deadline is lowered to what it would set, and
+// only an answer raises it again. So the deadline never exceeds what any
+// request in flight could have set on the store.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -131,10 +136,15 @@ func (l *Lease) Err() error {
 }
 
 // Context returns a context that is cancelled when the lease is over. Its
-// Deadline is the lease's current [Lease.Deadline] (moving forward with
-// renewals) and its Err is [Lease.Err]: it matches [ErrLeaseLost] as well as
+// Err is [Lease.Err]: it matches [ErrLeaseLost] as well as
 // context.DeadlineExceeded (the validity ran out) or context.Canceled. It
 // carries no values.
+//
+// Its Deadline keeps context.Context's contract and never moves: it is the
+// MaxHold end for a lease with [MaxHold], and none otherwise. The moving
+// validity is [Lease.Deadline], which a context could not report: a
+// context.WithTimeout(lease.Context(), d) whose d lies past the current
+// validity would never arm its timer, as the renewals go on.
 func (l *Lease) Context() context.Context { return (*leaseContext)(l) }
 
 // Extend renews the lease now with a new TTL, which also becomes the TTL of
@@ -142,8 +152,10 @@ func (l *Lease) Context() context.Context { return (*leaseContext)(l) }
 // [ErrInvalidOption] and leaves the lease unchanged. It returns an error
 // matching [ErrLeaseLost] if the backend says the lease was lost (the lease
 // is then over), or the backend's error if it could not be reached (the
-// lease is unchanged and renewal goes on). Extend returns at the latest
-// [CancelGrace] after ctx ends, whatever the store does.
+// lease is unchanged and renewal goes on, except that a TTL shorter than
+// the current validity has already lowered [Lease.Deadline]: the store may
+// have applied it). Extend returns at the latest [CancelGrace] after ctx
+// ends, whatever the store does.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.c
 	fail := func(kind, err error) error {
@@ -175,9 +187,13 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := c.now()
 	eff, final := l.renewTTLLocked(sent, ttl)
+	lowered := l.capLocked(sent, eff)
 	ch := make(chan struct{})
 	l.renewing = ch
 	l.mu.Unlock()
+	if lowered {
+		c.keeper.wake() // to end the lease by its new deadline, and renew before
+	}
 
 	// A renewal answered late is harmless: the lease's deadline counts
 	// from before it was sent.
@@ -192,7 +208,8 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.renewedLocked(sent, eff)
 	} else if errors.Is(err, ErrLeaseLost) {
 		l.endLocked(ErrLeaseLost, err, false, false)
-	}
+	} // else the outcome is not known: the deadline stays as capLocked left it
+
 	l.mu.Unlock()
 	c.keeper.wake()
 	if err != nil {
@@ -291,6 +308,22 @@ func (l *Lease) renewTTLLocked(now instant, ttl time.Duration) (time.Duration, b
 	return ttl, false
 }
 
+// capLocked is called before a renewal with TTL ttl is sent at sent: if
+// the store, applying it, would end the hold before the lease's deadline,
+// it lowers the deadline to what the renewal would set (the answer may
+// never come, and the store may have applied it all the same), and
+// brings the next renewal forward to within the new validity. It reports
+// whether it lowered the deadline.
+func (l *Lease) capLocked(sent instant, ttl time.Duration) bool {
+	d := sent + instant(float64(ttl)*(1-l.c.cfg.drift))
+	if d >= l.deadline {
+		return false
+	}
+	l.deadline = d
+	l.nextRenew = min(l.nextRenew, sent+instant(ttl/3))
+	return true
+}
+
 // renewedLocked records a successful acquire or renewal sent at sent with
 // TTL ttl.
 func (l *Lease) renewedLocked(sent instant, ttl time.Duration) {
@@ -383,10 +416,18 @@ func (e *Error) withOp(op string) *Error {
 // Context allocates nothing.
 type leaseContext Lease
 
-func (c *leaseContext) l() *Lease                   { return (*Lease)(c) }
-func (c *leaseContext) Deadline() (time.Time, bool) { return c.l().Deadline(), true }
-func (c *leaseContext) Done() <-chan struct{}       { return c.l().Done() }
-func (c *leaseContext) Value(key any) any           { return nil }
+func (c *leaseContext) l() *Lease             { return (*Lease)(c) }
+func (c *leaseContext) Done() <-chan struct{} { return c.l().Done() }
+func (c *leaseContext) Value(key any) any     { return nil }
+
+// Deadline is the MaxHold end, set once at the grant, or none: a
+// context's Deadline must not move (see Lease.Context).
+func (c *leaseContext) Deadline() (time.Time, bool) {
+	if l := c.l(); l.maxHoldEnd != never {
+		return l.c.time(l.maxHoldEnd), true
+	}
+	return time.Time{}, false
+}
 
 func (c *leaseContext) Err() error {
 	if err := c.l().Err(); err != nil {

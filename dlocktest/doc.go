@@ -17,6 +17,12 @@
 //   - waiters.go: fair FIFO order, TryLock while held, cancelled waiters
 //     that leave nothing behind, waiters counted by Inspect.
 //   - edges.go: waiters woken rather than polling, extreme TTLs, namespaces.
+//   - faults.go: through a backend wrapper that loses an answer, goes
+//     silent or dies: an Extend to a shorter TTL whose answer is lost
+//     counts as applied (LostShorterExtend); WithTimeout on a lease's
+//     context fires (LeaseContextTimeout); a silent or dead store is never
+//     reported as a busy lock alone (SilentStoreNotBusy,
+//     StoreDownWhileWaiting).
 //   - foreign.go, reclaim.go: records dlock did not write, and reclaimed
 //     state, through hooks the backend's test gives ([PlantForeign],
 //     [Reclaim]); skipped without them.

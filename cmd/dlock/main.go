@@ -315,6 +315,11 @@ func errorCode(err error) int {
 		return exitUsage
 	case errors.Is(err, dlock.ErrForeignData):
 		return exitForeign
+	case errors.Is(err, dlock.ErrBackendUnavailable):
+		// Before "busy": a wait that ended while the store did not answer
+		// matches both, and the store being down is what the caller must
+		// learn.
+		return exitBackend
 	case errors.Is(err, dlock.ErrNotAcquired):
 		return exitBusy
 	case errors.Is(err, dlock.ErrLeaseLost):

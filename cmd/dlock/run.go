@@ -354,7 +354,7 @@ func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []
 		}
 	}
 	var de *dlock.Error
-	if errors.As(err, &de) && errors.Is(err, dlock.ErrNotAcquired) {
+	if errors.As(err, &de) && errors.Is(err, dlock.ErrNotAcquired) && !errors.Is(err, dlock.ErrBackendUnavailable) {
 		// Say who held it rather than "context deadline exceeded".
 		cause := fmt.Errorf("gave up after --wait %v", f.wait.d)
 		select {

@@ -43,7 +43,7 @@ func Run(t *testing.T, env Env) {
 	for _, sc := range []struct {
 		name string
 		fn   func(*testing.T, Env)
-	}{{"Lock", Lock}, {"Unlock", Unlock}, {"Extend", Extend}, {"Close", Close}} {
+	}{{"Lock", Lock}, {"Unlock", Unlock}, {"Extend", Extend}, {"ShorterExtend", ShorterExtend}, {"Close", Close}} {
 		t.Run(sc.name, func(t *testing.T) { sc.fn(t, env) })
 	}
 }
@@ -176,6 +176,56 @@ func Extend(t *testing.T, env Env) {
 	l.Unlock(uctx)
 	cancel()
 	lockedWithin(t, other, name, start, ttl+slack, "the TTL")
+}
+
+// ShorterExtend: an Extend to a shorter TTL whose request reached the
+// server but whose reply never came counts as applied: the lease's
+// Deadline is at most the shorter TTL after the Extend was sent, and
+// another client is never granted the lock while the lease's Err() is nil.
+func ShorterExtend(t *testing.T, env Env) {
+	const shorter = 2 * time.Second
+	p, silent, other := setup(t, env)
+	long := min(30*time.Second, silent.MaxTTL())
+	if long < 4*shorter {
+		t.Skipf("the backend's maximum TTL %v leaves no room for a shorter Extend", long)
+	}
+	name := "silent-shorter-extend"
+	l, err := silent.Mutex(name, dlock.TTL(long)).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Swallow()
+	err = bounded(t, p, "Extend", func(ctx context.Context) error {
+		err := l.Extend(ctx, shorter)
+		if dl, sent := l.Deadline(), time.Now(); dl.After(sent.Add(shorter)) {
+			t.Errorf("after an Extend(%v) from a %v TTL whose reply was swallowed, Deadline() is %v after the Extend returned; want at most %v: the server may have applied it",
+				shorter, long, dl.Sub(sent), shorter)
+		}
+		return err
+	})
+	if err == nil {
+		t.Error("Extend through a silent link succeeded")
+	}
+	// The server holds the lock for the shorter TTL, or longer if a
+	// renewal of the old TTL reached it since.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*shorter+slack)
+	defer cancel()
+	l2, err := other.Mutex(name).Lock(ctx)
+	switch {
+	case err == nil:
+		if lerr := l.Err(); lerr == nil {
+			t.Errorf("another client was granted %q (token %d) while the lease whose Extend(%v) went unanswered (token %d) is valid until %v",
+				name, l2.Token(), shorter, l.Token(), time.Until(l.Deadline()))
+		}
+		l2.Unlock(context.Background())
+	case errors.Is(err, dlock.ErrNotAcquired):
+		t.Logf("the server kept the first hold (a renewal of the old TTL reached it): safe")
+	default:
+		t.Errorf("another client's Lock: %v", err)
+	}
+	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	l.Unlock(uctx)
+	cancel()
 }
 
 // Close: Close of a client that holds a lease and gets no replies returns
