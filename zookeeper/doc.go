@@ -25,6 +25,13 @@
 // the holds ([LossOnSessionEnd], the default); [LossOnDisconnect] ends
 // them at the first disconnect (Curator's "SUSPENDED is lost").
 //
+// One attempt (TryLock, the first attempt of Lock, and each look of a
+// waiting Lock) is bounded by the request timeout, the session timeout
+// but at most 10 s, whatever its context allows: a server that hangs
+// while keeping the connection open (paused, overloaded) fails the
+// attempt with [dlock.ErrBackendUnavailable] then, as etcd's and Redis's
+// request timeouts do, instead of blocking as long as the server hangs.
+//
 // The fencing token is the node's czxid: zxids strictly increase over the
 // life of the ensemble, so a resource that rejects tokens lower than one it
 // has seen turns the write of a paused holder into an error. A node at the
