@@ -241,7 +241,8 @@ func myQueued(ctx context.Context, c *sql.Conn, info sqllock.ConnInfo, _ any) (b
 // (ttl > 0) or has just released (ttl 0: the server's global value) a
 // user lock, unless it is set so already. While c holds a lock, the server
 // closes it, freeing the lock, once it has been idle for the TTL (rounded
-// up to whole seconds), as PostgreSQL's idle_session_timeout does in
+// up to whole seconds; the server's global value comes back at the
+// release), as PostgreSQL's idle_session_timeout does in
 // session mode: a holder that froze, died without closing its socket or
 // was cut off by a partition stops renewing, and its lock is taken over
 // soon after its row's expiry instead of after the global wait_timeout. A

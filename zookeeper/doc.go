@@ -15,7 +15,13 @@
 // have not heard from it for the session timeout. That timeout therefore
 // bounds the TTL: the backend is a [dlock.TTLLimiter] whose maximum is the
 // session timeout the servers granted ([SessionTimeout]). A shorter TTL is
-// enforced by the backend while the process lives. Grants are in queue
+// enforced by the backend while the process lives; a holder that dies,
+// freezes or is cut off keeps its node until the session expires, so the
+// session timeout, not a shorter TTL, bounds how long a dead holder blocks
+// a lock. The backend has one session for all its locks, and ZooKeeper
+// fixes a session's timeout when it is made, so it cannot follow each
+// lock's TTL: give [SessionTimeout] (session_timeout) the TTL you use to
+// make the two agree. Grants are in queue
 // order (fair whatever [dlock.Fair] says).
 //
 // A lost connection starts a clock from the send time of the latest

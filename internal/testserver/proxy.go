@@ -116,7 +116,7 @@ func (p *Proxy) accept() {
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
-			p.requests(s, c)
+			forward(s, c, p.freezing) // requests, dropped while frozen
 			if p.freezing() {
 				c.Close() // the server's side stays until the server ends it
 				return
@@ -126,35 +126,17 @@ func (p *Proxy) accept() {
 		go func() {
 			defer p.wg.Done()
 			defer cut()
-			p.replies(c, s)
+			forward(c, s, p.swallowing) // replies, dropped while swallowing
 		}()
 	}
 }
 
-// requests copies the client's bytes to the server, or drops them while
-// frozen.
-func (p *Proxy) requests(dst, src net.Conn) {
+// forward copies src's bytes to dst, dropping them while drop says so.
+func forward(dst, src net.Conn, drop func() bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.freezing() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// replies copies the server's bytes to the client, or drops them while
-// swallowing.
-func (p *Proxy) replies(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !p.swallowing() {
+		if n > 0 && !drop() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
