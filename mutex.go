@@ -45,7 +45,11 @@ func (m *Mutex) Name() string { return m.name }
 // lost meanwhile Lock waits again (TryLock reports [ErrNotAcquired]).
 //
 // If the backend cannot be reached on the first attempt, Lock returns an
-// error matching [ErrBackendUnavailable] at once. Once it is waiting, it
+// error matching [ErrBackendUnavailable] at once. A store that hangs
+// without closing the connection fails the attempt the same way once the
+// backend's request timeout has passed, even under a ctx without a
+// deadline: Redis's client read timeout, about 10 s on etcd and ZooKeeper
+// (see their package docs). Once it is waiting, it
 // rides out such errors (a server restart, an election), trying again with
 // a backoff of up to a second until it is granted or ctx ends.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
@@ -55,7 +59,8 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 // TryLock acquires the lock if it is free (or re-enters it, as Lock does)
 // and otherwise returns at once with an error matching [ErrNotAcquired];
 // errors.As with a [*HeldError] tells who holds it when the backend knows.
-// It never waits for the lock, only for the backend's answer.
+// It never waits for the lock, only for the backend's answer, and that at
+// most for the backend's request timeout (see Lock).
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, "trylock", false, "")
 }

@@ -49,7 +49,10 @@
 // the backend's waiters, so a release wakes one waiter and a contended
 // hand-off costs one enqueue and one release. Reentrancy happens only
 // when the request's owner equals the owner stored in the holder's key.
-// Requests that fail for want of a leader are retried for up to 10 s; a
+// Requests that fail for want of a leader are retried for up to 10 s,
+// each bounded by half the TTL (0.5 to 5 s), so that one acquisition
+// attempt gives up with [dlock.ErrBackendUnavailable] after about 10 s at
+// most even under a context without a deadline; a
 // renewal is a keep-alive per lease plus a read of the holds' keys, batched
 // ([Backend.RenewBatch]), so a key deleted by someone else is found gone
 // by the first renewal a sixth of the TTL after the deletion, the second

@@ -192,22 +192,42 @@ func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
 		cc.DialTimeout = max(time.Until(dl), time.Millisecond)
 	}
 	probe := new(connect.Probe)
+	var refused *connect.Refusals
 	if tcpOnly(eps) {
+		refused = connect.NewRefusals(trimScheme(eps))
 		dial := probe.Dial(nil)
 		cc.DialOptions = append(cc.DialOptions,
-			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dial(ctx, "tcp", addr) }))
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				c, err := dial(ctx, "tcp", addr)
+				refused.Note(addr, err)
+				return c, err
+			}))
 	}
 	addrs := strings.Join(trimScheme(eps), ",")
 	pctx, cancel := connect.Bound(ctx, cfg.connectTimeout)
 	defer cancel()
+	// gRPC dials a refused endpoint again and again until the timeout:
+	// when every endpoint refused, nothing listens there, so give up.
+	rctx, rcancel := context.WithCancel(pctx)
+	defer rcancel()
+	go func() {
+		select {
+		case <-refused.All():
+			rcancel()
+		case <-rctx.Done():
+		}
+	}()
 	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, etcdServer.Explain(pctx, addrs, probe, err)
 	}
 	// One answer from one member, within the dial timeout, tells that the
 	// endpoints are right; the cluster may still be electing a leader.
-	_, err = cli.Get(pctx, "dlock-open-check", clientv3.WithSerializable(), clientv3.WithCountOnly())
+	_, err = cli.Get(rctx, "dlock-open-check", clientv3.WithSerializable(), clientv3.WithCountOnly())
 	if err != nil {
+		if pctx.Err() == nil && refused.Err() != nil {
+			err = refused.Err()
+		}
 		err := etcdServer.Explain(pctx, addrs, probe, err)
 		cli.Close()
 		return nil, err

@@ -127,3 +127,16 @@ func TestOpenOptions(t *testing.T) {
 		t.Errorf("the DialOptions interceptor saw no request of Open")
 	}
 }
+
+// TestOpenRefusedFast: Open of a port where nothing listens fails with
+// ErrBackendUnavailable, saying so, without waiting for its connect
+// timeout (gRPC dials a refused endpoint again until then). Before, it
+// took the whole 10 s. The bound is half the timeout: a behaviour check,
+// not a speed one.
+func TestOpenRefusedFast(t *testing.T) {
+	a, b := opentest.ClosedPort(t), opentest.ClosedPort(t)
+	for _, addr := range []string{a, a + "," + b} {
+		opentest.Check(t, opentest.Case{URL: "etcd://" + addr, Addr: addr, Backend: "etcd", Reason: "connection refused",
+			Timeout: time.Minute, Bound: etcd.DefaultDialTimeout / 2})
+	}
+}

@@ -55,7 +55,10 @@
 // lock ([SessionLockName]) held by a connection of its own; the lease row
 // still decides the grant, so a new holder waits out the old one's
 // deadline. MariaDB's queue makes [dlock.Fair] hold without the waiters
-// table; a KILLed holder connection is noticed at the next renewal; [Open]
+// table; a KILLed holder connection is noticed at the next renewal. While
+// a connection holds a lock its session wait_timeout is the TTL (rounded
+// up to whole seconds), so a holder that froze or was cut off loses the
+// lock soon after its TTL, as in PostgreSQL's session mode; [Open]
 // sets wait_timeout to [DefaultSessionWaitTimeout] unless the DSN does;
 // each held lock and each name waited for takes a connection.
 //

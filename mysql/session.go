@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"weak"
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/sqllock"
@@ -28,7 +30,7 @@ var mySession = sqllock.SessionDialect{
 	Attach: func(*sql.Conn) (sqllock.ConnInfo, error) { return sqllock.ConnInfo{}, nil },
 	ConnID: myConnID,
 	First:  myFirst,
-	Lock: func(ctx context.Context, c *sql.Conn, key any, _ int64, _ bool) error {
+	Lock: func(ctx context.Context, c *sql.Conn, key any, ttl int64, _ bool) error {
 		var got sql.NullInt64
 		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 31536000)`, key).Scan(&got); err != nil {
 			return err
@@ -36,7 +38,7 @@ var mySession = sqllock.SessionDialect{
 		if got.Int64 != 1 {
 			return errors.New("GET_LOCK returned without the lock")
 		}
-		return nil
+		return myIdle(ctx, c, ttl)
 	},
 	Queued: myQueued,
 	Renew: func(ctx context.Context, c *sql.Conn, table string, key any, h dlock.Hold, ttl int64) (bool, error) {
@@ -45,6 +47,9 @@ var mySession = sqllock.SessionDialect{
 			return false, err
 		}
 		n, err := res.RowsAffected()
+		if err == nil && n > 0 {
+			err = myIdle(ctx, c, ttl) // a round trip only when Extend changed the TTL
+		}
 		return n > 0, err
 	},
 	Release: func(ctx context.Context, c *sql.Conn, table string, key any, h dlock.Hold) (bool, bool, error) {
@@ -60,14 +65,20 @@ var mySession = sqllock.SessionDialect{
 			// RELEASE_LOCK ran in the UPDATE. The row it freed is left
 			// to the sweep: a DELETE here would deadlock with the
 			// acquisition of the waiter that RELEASE_LOCK woke.
-			return true, true, nil
+			return true, true, myIdle(ctx, c, 0)
 		}
 		_, err = c.ExecContext(ctx, `DO RELEASE_LOCK(?)`, key)
+		if err == nil {
+			err = myIdle(ctx, c, 0)
+		}
 		return false, err == nil, err
 	},
 	Unlock: func(ctx context.Context, c *sql.Conn, key any) (bool, error) {
 		var got sql.NullInt64
 		err := c.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, key).Scan(&got)
+		if err == nil {
+			err = myIdle(ctx, c, 0)
+		}
 		return got.Int64 == 1, err
 	},
 	Interrupt: func(ctx context.Context, db *sql.DB, info sqllock.ConnInfo) error {
@@ -152,6 +163,9 @@ func myFirst(ctx context.Context, c *sql.Conn, _ *sqllock.ConnInfo, table string
 		return false, dlock.Grant{}, false, err
 	}
 	if n > 0 { // GET_LOCK succeeded
+		if err := myIdle(ctx, c, ttl); err != nil {
+			return true, dlock.Grant{}, false, err
+		}
 		id, err := res.LastInsertId()
 		if err != nil || id == 0 {
 			return true, dlock.Grant{}, false, err
@@ -222,6 +236,41 @@ func myQueued(ctx context.Context, c *sql.Conn, info sqllock.ConnInfo, _ any) (b
 	}
 	return queued, rows.Close()
 }
+
+// myIdle sets the session wait_timeout of c, the connection that holds
+// (ttl > 0) or has just released (ttl 0: the server's global value) a
+// user lock, unless it is set so already. While c holds a lock, the server
+// closes it, freeing the lock, once it has been idle for the TTL (rounded
+// up to whole seconds; the server's global value comes back at the
+// release), as PostgreSQL's idle_session_timeout does in
+// session mode: a holder that froze, died without closing its socket or
+// was cut off by a partition stops renewing, and its lock is taken over
+// soon after its row's expiry instead of after the global wait_timeout. A
+// live holder renews every TTL/3, so it is never idle that long. The
+// statement's cost (one round trip) is paid once per grant and release.
+func myIdle(ctx context.Context, c *sql.Conn, ttl int64) error {
+	secs := (ttl + 999) / 1000
+	k := weak.Make(c)
+	if v, ok := myIdles.Load(k); ok && v.(int64) == secs || !ok && secs == 0 {
+		return nil
+	}
+	var err error
+	if secs == 0 {
+		_, err = c.ExecContext(ctx, `SET SESSION wait_timeout = @@GLOBAL.wait_timeout`)
+		myIdles.Delete(k)
+	} else {
+		_, err = c.ExecContext(ctx, `SET SESSION wait_timeout = ?`, secs)
+		if _, had := myIdles.Swap(k, secs); !had {
+			runtime.AddCleanup(c, func(k weak.Pointer[sql.Conn]) { myIdles.Delete(k) }, k)
+		}
+	}
+	return err
+}
+
+// myIdles holds the session wait_timeout (seconds) that myIdle set on a
+// connection, until it set it back; the entry of a connection discarded
+// while it held a lock goes when the connection is collected.
+var myIdles sync.Map // weak.Pointer[sql.Conn] → int64
 
 // myConnID reads the connection's id, which KILL QUERY needs.
 func myConnID(ctx context.Context, c *sql.Conn) (int64, error) {

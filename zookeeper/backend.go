@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,8 @@ func newBackend(cfg config, desc string) *Backend {
 // Open connects to the ZooKeeper servers at addr, a comma list of
 // "host:port" (a host without a port gets 2181), waits until a session is
 // established, ctx is done or the [ConnectTimeout] has passed (then the
-// error matches [dlock.ErrBackendUnavailable] and says why), and returns a
+// error matches [dlock.ErrBackendUnavailable] and says why; it fails at
+// once when every server refused the connection), and returns a
 // Backend that owns the connection: Close closes the session, which
 // deletes every node the backend still had. Bad options match
 // [dlock.ErrInvalidOption].
@@ -91,7 +93,7 @@ func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
 		return nil, errkind.Errorf(dlock.ErrInvalidOption, "zookeeper: %v", err)
 	}
 	b := newBackend(cfg, "zookeeper "+strings.Join(servers, ",")+cfg.root)
-	b.wire = &wire{base: time.Now(), session: b.onSession}
+	b.wire = &wire{base: time.Now(), session: b.onSession, refused: connect.NewRefusals(resolve(ctx, servers))}
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithDialer(b.wire.dial),
 		zk.WithEventCallback(b.onEvent),
@@ -110,21 +112,48 @@ func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
 		if ok {
 			break
 		}
+		var err error
 		select {
 		case <-ch:
+			continue
 		case <-octx.Done():
-			// go-zookeeper waits for a handshake with no deadline but its
-			// own (ten read timeouts): close its connections under it.
-			b.cancel()
-			b.wire.probe.Abort()
-			b.closeConn()
-			return nil, zkServer.Explain(octx, strings.Join(servers, ","), &b.wire.probe, nil)
+		case <-b.wire.refused.All():
+			// go-zookeeper would try the refused servers again every
+			// second until the connect timeout: nothing listens there.
+			err = b.wire.refused.Err()
 		}
+		// go-zookeeper waits for a handshake with no deadline but its
+		// own (ten read timeouts): close its connections under it.
+		b.cancel()
+		b.wire.probe.Abort()
+		b.closeConn()
+		return nil, zkServer.Explain(octx, strings.Join(servers, ","), &b.wire.probe, err)
 	}
 	b.wire.probe.Done()
 	b.wg.Add(1)
 	go b.monitor()
 	return b, nil
+}
+
+// resolve returns the addresses that go-zookeeper dials for servers: each
+// host's addresses, as its DNSHostProvider looks them up; nil if a lookup
+// fails (then a refusal does not end Open early).
+func resolve(ctx context.Context, servers []string) []string {
+	var addrs []string
+	for _, s := range servers {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil {
+			return nil
+		}
+		ips, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil {
+			return nil
+		}
+		for _, ip := range ips {
+			addrs = append(addrs, net.JoinHostPort(ip, port))
+		}
+	}
+	return addrs
 }
 
 // New returns a Backend on a connection the caller made with zk.Connect.

@@ -15,7 +15,13 @@
 // have not heard from it for the session timeout. That timeout therefore
 // bounds the TTL: the backend is a [dlock.TTLLimiter] whose maximum is the
 // session timeout the servers granted ([SessionTimeout]). A shorter TTL is
-// enforced by the backend while the process lives. Grants are in queue
+// enforced by the backend while the process lives; a holder that dies,
+// freezes or is cut off keeps its node until the session expires, so the
+// session timeout, not a shorter TTL, bounds how long a dead holder blocks
+// a lock. The backend has one session for all its locks, and ZooKeeper
+// fixes a session's timeout when it is made, so it cannot follow each
+// lock's TTL: give [SessionTimeout] (session_timeout) the TTL you use to
+// make the two agree. Grants are in queue
 // order (fair whatever [dlock.Fair] says).
 //
 // A lost connection starts a clock from the send time of the latest
@@ -24,6 +30,13 @@
 // told that the session expired. A reconnection within that time keeps
 // the holds ([LossOnSessionEnd], the default); [LossOnDisconnect] ends
 // them at the first disconnect (Curator's "SUSPENDED is lost").
+//
+// One attempt (TryLock, the first attempt of Lock, and each look of a
+// waiting Lock) is bounded by the request timeout, the session timeout
+// but at most 10 s, whatever its context allows: a server that hangs
+// while keeping the connection open (paused, overloaded) fails the
+// attempt with [dlock.ErrBackendUnavailable] then, as etcd's and Redis's
+// request timeouts do, instead of blocking as long as the server hangs.
 //
 // The fencing token is the node's czxid: zxids strictly increase over the
 // life of the ensemble, so a resource that rejects tokens lower than one it

@@ -53,7 +53,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	}
 	start := time.Now()
 	w := &waiter{b: b, req: req, parent: b.lockPath(req.Name)}
-	g, err := w.decide(ctx, start, true)
+	g, err := w.decideBounded(ctx, start, true)
 	switch {
 	case err == nil:
 		return g, nil, nil
@@ -86,6 +86,37 @@ type waiter struct {
 }
 
 var _ dlock.Waiter = (*waiter)(nil)
+
+// maxRequestTimeout caps the bound of one acquisition attempt; see
+// Backend.requestTimeout.
+const maxRequestTimeout = 10 * time.Second
+
+// requestTimeout bounds one attempt of an acquisition (one Acquire, or one
+// look of a waiter), whatever ctx allows: the session timeout, at most
+// maxRequestTimeout. go-zookeeper's requests have no timeout of their own,
+// and a server that hangs (paused, overloaded) keeps the connection open,
+// so without it TryLock(context.Background()) waited as long as the
+// server hung. A session that has not been answered for the session
+// timeout is lost anyway; etcd's acquisitions give up after the same 10 s.
+func (b *Backend) requestTimeout() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return min(b.timeout, maxRequestTimeout)
+}
+
+// decideBounded is decide within the backend's requestTimeout: when that
+// runs out before ctx, the attempt fails with ErrBackendUnavailable (what
+// it left behind is cleaned up as after a cancelled ctx).
+func (w *waiter) decideBounded(ctx context.Context, start time.Time, first bool) (dlock.Grant, error) {
+	bound := w.b.requestTimeout()
+	actx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	g, err := w.decide(actx, start, first)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		err = w.b.unavailable("acquire in "+w.parent, fmt.Errorf("no answer from ZooKeeper within %v (the request timeout)", bound))
+	}
+	return g, err
+}
 
 // decide reads the queue and grants the waiter's node when it is first,
 // re-enters when the holder has the same owner, and otherwise returns a
@@ -380,7 +411,7 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 			return w.grant(start), nil
 		}
 	}
-	g, err := w.decide(ctx, start, false)
+	g, err := w.decideBounded(ctx, start, false)
 	if err != nil && errors.Is(err, dlock.ErrBackendUnavailable) && ctx.Err() == nil {
 		w.offline = true
 		return dlock.Grant{}, fmt.Errorf("%w: waiting for ZooKeeper: %w", dlock.ErrNotAcquired, err)

@@ -312,7 +312,7 @@ func (b *Backend) sweep() time.Duration {
 		}
 	}
 	b.orphans = keep
-	timeout := min(b.timeout, 10*time.Second)
+	timeout := min(b.timeout, maxRequestTimeout)
 	b.sweepAt = now.Add(next) // the jobs below can only bring it forward
 	b.mu.Unlock()
 

@@ -40,6 +40,9 @@ type wire struct {
 	// failed Open can say why and close what go-zookeeper still
 	// waits on.
 	probe connect.Probe
+	// refused fires when every server refused a connection before the
+	// first session (nil: never).
+	refused *connect.Refusals
 }
 
 // opSlots covers the opcodes that go-zookeeper sends, mapped by opSlot.
@@ -90,6 +93,7 @@ func (w *wire) lastAlive() time.Time {
 // dial is the zk.Dialer of a Backend's own connection.
 func (w *wire) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	c, err := w.probe.DialTimeout(network, addr, timeout)
+	w.refused.Note(addr, err)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package testserver
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -11,7 +10,8 @@ import (
 // goes silent: it forwards both ways until [Proxy.Swallow], after which the
 // server's replies are read and dropped (on open connections and new ones)
 // while the client's requests still reach the server. [Proxy.Heal] cuts
-// every connection (their streams have lost bytes) and forwards again. It
+// every connection (their streams have lost bytes) and forwards again;
+// [Proxy.Freeze] drops both ways. It
 // is closed at the test's clean-up.
 type Proxy struct {
 	target string
@@ -19,6 +19,7 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	swallow bool
+	frozen  bool
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
 }
@@ -50,15 +51,31 @@ func (p *Proxy) Swallow() {
 // Heal cuts every connection and forwards replies again on new ones.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
-	p.swallow = false
+	p.swallow, p.frozen = false, false
 	p.mu.Unlock()
 	p.cutAll()
+}
+
+// Freeze makes the proxy drop every byte both ways from now on and keep
+// the server's side of each connection open even when the client closes
+// its side: to the server, the client looks frozen (SIGSTOP) or cut off by
+// a partition; a connection ends when the server closes it.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	p.swallow, p.frozen = true, true
+	p.mu.Unlock()
 }
 
 func (p *Proxy) swallowing() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.swallow
+}
+
+func (p *Proxy) freezing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frozen
 }
 
 func (p *Proxy) cutAll() {
@@ -99,24 +116,27 @@ func (p *Proxy) accept() {
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
-			defer cut()
-			io.Copy(s, c)
+			forward(s, c, p.freezing) // requests, dropped while frozen
+			if p.freezing() {
+				c.Close() // the server's side stays until the server ends it
+				return
+			}
+			cut()
 		}()
 		go func() {
 			defer p.wg.Done()
 			defer cut()
-			p.replies(c, s)
+			forward(c, s, p.swallowing) // replies, dropped while swallowing
 		}()
 	}
 }
 
-// replies copies the server's bytes to the client, or drops them while
-// swallowing.
-func (p *Proxy) replies(dst, src net.Conn) {
+// forward copies src's bytes to dst, dropping them while drop says so.
+func forward(dst, src net.Conn, drop func() bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.swallowing() {
+		if n > 0 && !drop() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
