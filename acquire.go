@@ -23,6 +23,49 @@ type spec struct {
 }
 
 func (s *spec) acquire(ctx context.Context, op string, wait bool, value string) (*Lease, error) {
+	if s.c.cfg.tracer == nil {
+		return s.run(ctx, op, wait, value, nil)
+	}
+	return s.traced(ctx, op, wait, value)
+}
+
+// traceState is what a traced acquisition tells its Tracer.
+type traceState struct {
+	t   Tracer
+	ctx context.Context // as AcquireStart returned it
+	a   TraceAcquire
+}
+
+// traced is acquire with a Tracer: it brackets the acquisition with
+// AcquireStart and AcquireEnd.
+func (s *spec) traced(ctx context.Context, op string, wait bool, value string) (*Lease, error) {
+	c := s.c
+	ts := &traceState{t: c.cfg.tracer, ctx: ctx, a: TraceAcquire{Name: s.name, Op: op, Kind: s.kind,
+		Limit: s.limit, Weight: s.weight, Backend: c.desc, Start: c.cfg.clock.Now()}}
+	c.traced(func() {
+		if tctx := ts.t.AcquireStart(ctx, ts.a); tctx != nil {
+			ts.ctx = tctx
+		}
+	})
+	l, err := s.run(ctx, op, wait, value, ts)
+	end := TraceAcquireEnd{Lease: l, Err: err, Waited: c.cfg.clock.Now().Sub(ts.a.Start), Outcome: OutcomeGranted}
+	if err != nil {
+		var e *Error
+		errors.As(err, &e)
+		end.Outcome = outcomeOf(e.Kind)
+		switch {
+		case errors.Is(err, ErrBackendUnavailable):
+			end.Outcome = OutcomeUnavailable
+		case e.Kind == ErrNotAcquired && ctx.Err() != nil:
+			end.Outcome = OutcomeCanceled
+		}
+	}
+	c.traced(func() { ts.t.AcquireEnd(ts.ctx, ts.a, end) })
+	return l, err
+}
+
+// run is one acquisition after its tracing (ts is nil without a Tracer).
+func (s *spec) run(ctx context.Context, op string, wait bool, value string, ts *traceState) (*Lease, error) {
 	c := s.c
 	fail := func(kind, err error) (*Lease, error) {
 		return nil, &Error{Op: op, Name: s.name, Backend: c.desc, Kind: kind, Err: err}
@@ -63,7 +106,7 @@ func (s *spec) acquire(ctx context.Context, op string, wait bool, value string) 
 		defer stop()
 	}
 
-	q := acquisition{s: s, a: calls{c: c, limit: limit, ctx: ctx, name: s.name, key: key, owner: owner, kind: s.kind, fresh: fresh}}
+	q := acquisition{s: s, ts: ts, a: calls{c: c, limit: limit, ctx: ctx, name: s.name, key: key, owner: owner, kind: s.kind, fresh: fresh}}
 	// A weighted name's waiters queue in arrival order whatever Fair
 	// says: the head-of-line rule that keeps a writer from starving.
 	fair := s.cfg.fair || s.kind != KindMutex
@@ -164,6 +207,7 @@ func (s *spec) owner(ctx context.Context, key string) (string, error) {
 // Waiter, and on failure the undoing of what it may have left behind.
 type acquisition struct {
 	s        *spec
+	ts       *traceState // nil without a Tracer
 	a        calls
 	w        Waiter
 	sent     time.Time     // when the granting request was sent, less the grant's Age
@@ -210,11 +254,17 @@ func (q *acquisition) run(req Request) (Grant, error) {
 func (q *acquisition) waitRelease(refusal error) error {
 	q.backoff = 0
 	q.lastBusy = refusal
-	if onWait := q.s.cfg.onWait; onWait != nil {
+	if onWait := q.s.cfg.onWait; onWait != nil || q.ts != nil {
 		var held *HeldError
 		if errors.As(refusal, &held) && (held.Holder.Owner != q.seen.Owner || held.Holder.Token != q.seen.Token) {
 			q.seen = held.Holder
-			onWait(held.Holder)
+			if onWait != nil {
+				onWait(held.Holder)
+			}
+			if ts := q.ts; ts != nil {
+				w := TraceWait{Holder: held.Holder, Held: held.Held, Limit: held.Limit}
+				q.s.c.traced(func() { ts.t.AcquireWait(ts.ctx, ts.a, w) })
+			}
 		}
 	}
 	return q.a.wait(q.w)

@@ -263,7 +263,7 @@ func (c *Client) Close() error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for _, l := range held {
-		if !l.endHold(&Error{Op: "lease", Name: l.Name(), Backend: c.desc, Kind: ErrLeaseLost, Err: ErrClosed}, false) {
+		if !l.endHold(&Error{Op: "lease", Name: l.Name(), Backend: c.desc, Kind: ErrLeaseLost, Err: ErrClosed}, EndClosed, false) {
 			continue
 		}
 		wg.Add(1)

@@ -133,8 +133,8 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			l.mu.Lock()
-			l.endLocked(ErrLeaseLost, err, false, true)
-			l.mu.Unlock()
+			l.endLocked(ErrLeaseLost, err, EndRenewalRefused, false, true)
+			l.unlock()
 		}
 		return e.fail("proclaim", kindOf(err), err)
 	}

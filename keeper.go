@@ -275,7 +275,7 @@ const (
 // marked as renewing), or to be looked at again by *next.
 func (l *Lease) tick(now instant, next *instant) tickResult {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.err == nil && now >= l.deadline {
 		l.expireLocked()
 	}
@@ -410,8 +410,9 @@ func (k *keeper) wakeBy(t instant) {
 // renewed records the outcome of a renewal sent at sent, and returns
 // when the keeper must look at l next.
 func (l *Lease) renewed(sent, done instant, ttl time.Duration, final bool, err error) instant {
+	l.traceRenew(sent, done, err)
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	ch := l.renewing
 	l.renewing = nil
 	if ch != nil {
@@ -428,7 +429,7 @@ func (l *Lease) renewed(sent, done instant, ttl time.Duration, final bool, err e
 		}
 		return l.nextRenew
 	case errors.Is(err, ErrLeaseLost):
-		l.endLocked(ErrLeaseLost, err, false, true)
+		l.endLocked(ErrLeaseLost, err, EndRenewalRefused, false, true)
 		return done
 	default:
 		l.lastErr = err
@@ -444,14 +445,18 @@ func (k *keeper) lost(h Hold, cause error) {
 	if cause == nil || !errors.Is(cause, ErrLeaseLost) {
 		cause = fmt.Errorf("%w: %v", ErrLeaseLost, cause)
 	}
+	var ended []*Lease
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	for _, l := range k.leases {
 		if l.key == h.Name && l.owner == h.Owner && l.token == h.Token {
-			l.mu.Lock()
-			l.endLocked(ErrLeaseLost, cause, false, true)
-			l.mu.Unlock()
+			ended = append(ended, l)
 		}
 	}
 	k.wake()
+	k.mu.Unlock()
+	for _, l := range ended {
+		l.mu.Lock()
+		l.endLocked(ErrLeaseLost, cause, EndSessionLost, false, true)
+		l.unlock()
+	}
 }

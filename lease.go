@@ -45,6 +45,9 @@ type Lease struct {
 	final      bool          // MaxHold: the last renewal has been made
 	unlocked   bool          // Unlock was called
 	released   bool          // a release was sent (by Unlock, Close or MaxHold)
+	traceEnd   bool          // the tracer is yet to be told of the end (see unlock)
+	endCause   EndCause      // why the lease ended; 0 while held
+	granted    instant       // when the granting request was sent
 	relOnEnd   bool          // the keeper must release it (MaxHold)
 }
 
@@ -65,7 +68,8 @@ func newLease(c *Client, m *spec, key, owner string, g Grant, sent time.Time) *L
 	if m.cfg.maxHold > 0 {
 		l.maxHoldEnd = c.instant(sent.Add(m.cfg.maxHold))
 	}
-	l.renewedLocked(c.instant(sent), l.ttl)
+	l.granted = c.instant(sent)
+	l.renewedLocked(l.granted, l.ttl)
 	return l
 }
 
@@ -97,7 +101,7 @@ func (l *Lease) Holds() int { return int(l.count) }
 // request in flight could have set on the store.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	return l.c.time(l.deadline)
 }
 
@@ -109,7 +113,7 @@ func (l *Lease) Done() <-chan struct{} { return l.doneCtx().Done() }
 // making it on first use: most leases are never asked.
 func (l *Lease) doneCtx() context.Context {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.done == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		l.done = &leaseDone{ctx: ctx, cancel: cancel}
@@ -128,7 +132,7 @@ func (l *Lease) doneCtx() context.Context {
 // past the deadline the very next call reports the loss.
 func (l *Lease) Err() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.err == nil && l.c.now() >= l.deadline {
 		l.expireLocked()
 	}
@@ -174,7 +178,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	defer c.leave(limit)
 	l.mu.Lock()
 	if err := l.awaitRenewalLocked(ctx, true); err != nil {
-		l.mu.Unlock()
+		l.unlock()
 		return fail(kindOf(err), err)
 	}
 	if l.err == nil && c.now() >= l.deadline {
@@ -182,7 +186,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	if l.err != nil {
 		err := l.errLocked()
-		l.mu.Unlock()
+		l.unlock()
 		return err
 	}
 	sent := c.now()
@@ -190,7 +194,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	lowered := l.capLocked(sent, eff)
 	ch := make(chan struct{})
 	l.renewing = ch
-	l.mu.Unlock()
+	l.unlock()
 	if lowered {
 		c.keeper.wake() // to end the lease by its new deadline, and renew before
 	}
@@ -198,6 +202,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	// A renewal answered late is harmless: the lease's deadline counts
 	// from before it was sent.
 	err = renewBounded(c, limit, ctx, l.hold(), eff)
+	l.traceRenew(sent, c.now(), err)
 
 	l.mu.Lock()
 	l.renewing = nil
@@ -207,10 +212,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.final = final
 		l.renewedLocked(sent, eff)
 	} else if errors.Is(err, ErrLeaseLost) {
-		l.endLocked(ErrLeaseLost, err, false, false)
+		l.endLocked(ErrLeaseLost, err, EndRenewalRefused, false, false)
 	} // else the outcome is not known: the deadline stays as capLocked left it
 
-	l.mu.Unlock()
+	l.unlock()
 	c.keeper.wake()
 	if err != nil {
 		return fail(kindOf(err), err)
@@ -233,11 +238,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	if l.unlocked {
-		l.mu.Unlock()
+		l.unlock()
 		return fail(ErrUnlocked, nil)
 	}
 	l.unlocked = true
-	l.mu.Unlock()
+	l.unlock()
 	limit, err := c.enter(ctx)
 	if err != nil {
 		return fail(ErrClosed, nil)
@@ -254,8 +259,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	stale := l.errLocked()
 	release := !l.released
 	l.released = true
-	l.endLocked(ErrUnlocked, nil, false, false)
-	l.mu.Unlock()
+	l.endLocked(ErrUnlocked, nil, EndUnlocked, false, false)
+	l.unlock()
 	c.keeper.remove(l)
 
 	if release { // err is nil here
@@ -281,7 +286,7 @@ func (l *Lease) awaitRenewalLocked(ctx context.Context, lostEnds bool) error {
 			return err
 		}
 		ch := l.renewing
-		l.mu.Unlock()
+		l.unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -335,25 +340,29 @@ func (l *Lease) renewedLocked(sent instant, ttl time.Duration) {
 // expireLocked ends a lease whose deadline has passed.
 func (l *Lease) expireLocked() {
 	var cause error
+	why := EndDeadlinePassed
 	switch {
 	case l.final || l.deadline >= l.maxHoldEnd:
 		cause = fmt.Errorf("MaxHold reached")
+		why = EndMaxHold
 		l.relOnEnd = true
 	case l.lastErr != nil:
 		cause = fmt.Errorf("validity deadline passed without a successful renewal: %w", l.lastErr)
 	default:
 		cause = errors.New("validity deadline passed without a successful renewal")
 	}
-	l.endLocked(ErrLeaseLost, cause, true, true)
+	l.endLocked(ErrLeaseLost, cause, why, true, true)
 }
 
 // endLocked ends the lease if it is not over yet, with kind and cause;
 // expired says the validity deadline passed. It reports whether it ended
 // it.
-func (l *Lease) endLocked(kind, cause error, expired, log bool) bool {
+func (l *Lease) endLocked(kind, cause error, why EndCause, expired, log bool) bool {
 	if l.err != nil {
 		return false
 	}
+	l.endCause = why
+	l.traceEnd = l.c.cfg.tracer != nil
 	if kind == ErrUnlocked && cause == nil {
 		l.err = unlockedMark // most leases end so, and nobody asks why
 	} else {
@@ -394,10 +403,10 @@ func (l *Lease) newErr(kind, cause error, expired bool) *lostError {
 
 // endHold ends the lease for Close or loss; it reports whether the caller
 // must release it on the backend.
-func (l *Lease) endHold(err *Error, expired bool) bool {
+func (l *Lease) endHold(err *Error, why EndCause, expired bool) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.endLocked(err.Kind, err.Err, expired, false)
+	defer l.unlock()
+	l.endLocked(err.Kind, err.Err, why, expired, false)
 	if l.released {
 		return false
 	}

@@ -71,6 +71,7 @@ type config struct {
 	drift     float64
 	onWait    func(Holder)
 	weight    int // a Semaphore's weight; 0 when not set
+	tracer    Tracer
 
 	// which client-only or mutex-only options were set, for validation.
 	clientOnly []string
@@ -140,8 +141,9 @@ func WithClock(clk Clock) Option {
 	})
 }
 
-// WithLogger sets the logger for renewal errors and lost leases (default:
-// slog.Default()). It is a Client option.
+// WithLogger sets the logger for renewal errors and lost leases. Without
+// it the library is silent: it never writes to slog.Default() on its own.
+// It is a Client option.
 func WithLogger(l *slog.Logger) Option {
 	return clientOption("WithLogger", func(c *config) {
 		if c.errs.Check(l != nil, "WithLogger(nil)") {
@@ -220,8 +222,11 @@ func mutexOption(name string, f func(*config)) Option {
 	})
 }
 
+// silent is the logger of a Client without WithLogger.
+var silent = slog.New(slog.DiscardHandler)
+
 func defaultConfig() config {
-	return config{ttl: DefaultTTL, drift: DefaultDrift, clock: SystemClock(), logger: slog.Default()}
+	return config{ttl: DefaultTTL, drift: DefaultDrift, clock: SystemClock(), logger: silent}
 }
 
 // validName returns why s is not a valid lock name of at most max bytes, or "".

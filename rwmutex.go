@@ -109,8 +109,8 @@ func (l *Lease) Downgrade(ctx context.Context) error {
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			l.mu.Lock()
-			l.endLocked(ErrLeaseLost, err, false, true)
-			l.mu.Unlock()
+			l.endLocked(ErrLeaseLost, err, EndRenewalRefused, false, true)
+			l.unlock()
 		}
 		return fail(kindOf(err), err)
 	}
