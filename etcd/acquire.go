@@ -69,6 +69,9 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	}
 	a := &acquisition{b: b, ctx: ctx, req: req, start: time.Now(), need: ttlSeconds(req.TTL),
 		lp: b.lockPrefix(req.Name), val: encode(req.Owner, 1)}
+	if req.Kind != dlock.KindMutex {
+		a.val = encodeValue(value{Owner: req.Owner, Holds: 1, Kind: req.Kind, Limit: req.Limit, Weight: req.Weight})
+	}
 	defer a.settle()
 	next := retry
 	for n := 0; ; n++ {
@@ -133,6 +136,9 @@ func (a *acquisition) attempt(n int) (result, outcome) {
 	}
 	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive, reuse: n == 0,
 		checked: a.b.listed.epoch()}
+	if a.req.Kind != dlock.KindMutex {
+		return a.weighted(actx, n, h)
+	}
 	tr, next, err := a.transact(actx, h)
 	if next != proceed {
 		return result{err: err}, next
@@ -170,12 +176,18 @@ func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnRe
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxOlder)),
 			clientv3.OpPut(h.key, a.val, clientv3.WithLease(a.cur.id), clientv3.WithPrevKV()))
 	}
+	empty := clientv3.Compare(clientv3.CreateRevision(a.lp), "=", 0).WithPrefix()
+	return a.commit(actx, h, empty, []clientv3.Op{put}, els)
+}
+
+// commit sends an attempt's transaction, If(cmp) Then(then) Else(els),
+// with a keep-alive that confirms the lease unless it is fresh.
+func (a *acquisition) commit(actx context.Context, h *handle, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, outcome, error) {
 	var kac chan keepAliveResult
 	if !a.confirmed {
 		kac = a.b.confirmAsync(actx, a.cur.id)
 	}
-	empty := clientv3.Compare(clientv3.CreateRevision(a.lp), "=", 0).WithPrefix()
-	tr, err := a.b.cli.Txn(actx).If(empty).Then(put).Else(els...).Commit()
+	tr, err := a.b.cli.Txn(actx).If(cmp).Then(then...).Else(els...).Commit()
 	if kac != nil {
 		ka := <-kac
 		switch {
@@ -227,7 +239,11 @@ func (a *acquisition) answer(n int, tr *clientv3.TxnResponse, h *handle) (result
 		if why := foreign(holder); why != "" {
 			return result{err: foreignError(holder, why)}, final
 		}
-		if decode(holder).Owner == a.req.Owner {
+		v := decode(holder)
+		if v.Kind != dlock.KindMutex {
+			return a.refuse(h, dlock.Conflict(v.Kind, v.Limit, a.req)), final
+		}
+		if v.Owner == a.req.Owner {
 			drop := ""
 			if a.req.Wait {
 				drop = h.key // enqueued by this attempt
@@ -273,6 +289,9 @@ func (a *acquisition) granted(token int64, holder *mvccpb.KeyValue, h *handle) r
 		// the grant with a fresh attempt, which the Client times anew.
 		a.keep = true
 		w := &waiter{b: a.b, req: a.req, need: a.need, h: h, ttl: a.cur.ttl, rev: token, lastKA: a.cur.alive}
+		if a.req.Kind != dlock.KindMutex {
+			w.ahead = newAhead(a.req) // the attempt reads the keys before it
+		}
 		return result{w: w, err: errkind.Errorf(dlock.ErrNotAcquired,
 			"etcd: the grant came %v after the request; confirming it", elapsed.Round(time.Millisecond))}
 	}
@@ -283,6 +302,21 @@ func (a *acquisition) granted(token int64, holder *mvccpb.KeyValue, h *handle) r
 	}
 	a.b.track(h)
 	return result{g: dlock.Grant{Token: uint64(token), Count: count, Handle: h, Age: max(a.start.Sub(a.cur.alive), 0)}}
+}
+
+// refuse is the answer err to a request that the name refuses (another
+// kind): the key this attempt enqueued, if any, is deleted before the
+// answer, so that the next request of the name's own kind does not find
+// it in the queue.
+func (a *acquisition) refuse(h *handle, err error) result {
+	if a.req.Wait {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), revokeTimeout)
+		if _, derr := a.b.cli.Delete(dctx, h.key); derr == nil {
+			a.clean = true
+		}
+		cancel()
+	}
+	return result{err: err}
 }
 
 // settle deletes the acquisition's key, once it has its answer, unless a
@@ -330,7 +364,8 @@ func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.Key
 	key := string(kv.Key)
 	v := decode(kv)
 	checked := b.listed.epoch()
-	ops := []clientv3.Op{clientv3.OpPut(key, encode(req.Owner, v.Holds+1), clientv3.WithIgnoreLease())}
+	v.Holds++ // the value is otherwise kept: the owner is req.Owner's
+	ops := []clientv3.Op{clientv3.OpPut(key, encodeValue(v), clientv3.WithIgnoreLease())}
 	if drop != "" {
 		ops = append(ops, clientv3.OpDelete(drop))
 	}
@@ -359,5 +394,5 @@ func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.Key
 		return dlock.Grant{}, r.err
 	}
 	b.track(h)
-	return dlock.Grant{Token: uint64(kv.CreateRevision), Count: v.Holds + 1, Handle: h}, nil
+	return dlock.Grant{Token: uint64(kv.CreateRevision), Count: v.Holds, Handle: h}, nil
 }

@@ -57,4 +57,67 @@
 // ([Backend.RenewBatch]), so a key deleted by someone else is found gone
 // by the first renewal a sixth of the TTL after the deletion, the second
 // at the latest.
+//
+// # Semaphores and read-write locks
+//
+// The backend grants semaphores (limit 1 to [dlock.MaxLimit]), read-write
+// locks and elections ([Backend.CanGrant]) with the mutex's keys, shared
+// leases, renewals and releases; a request of a weighted kind is a key
+// whose value also holds the kind, the name's limit and the key's weight
+// (a reader 1, a writer [dlock.RWLimit]). A mutex's requests never take
+// this path, and its transactions are unchanged.
+//
+// Grant rule. The queue is strict create-revision order (x/sync's
+// head-of-line rule: a request that fits still waits behind an earlier
+// waiter), so the granted keys are always the oldest ones, and a key is
+// granted exactly when the weights of the keys up to and including it fit
+// in the limit. Keys only join a queue at its end and no weight ever
+// grows, so a granted key stays granted until it goes. An expired holder
+// or waiter is gone with its lease, so it blocks nobody.
+//
+// Acquire. One transaction puts the key if no key of the name was created
+// after the revision at which the queue was last read (at first: if the
+// name has no keys; uncontended, that is the only request) and otherwise
+// reads the whole queue, oldest first. From the reading it judges the
+// request: a kind or limit other than the one the oldest key records is a
+// [*dlock.ConflictError] and writes nothing; a key dlock did not write (a
+// weight above its limit, a count below 1, an unknown kind) is
+// [dlock.ErrForeignData] and writes nothing; a granted key of the same
+// owner is re-entered (the same token, its count one more; more weight
+// than it holds is [dlock.ErrUpgrade]); a request that fits, or one that
+// waits, is put by the next transaction, guarded by that revision, so the
+// put finds the queue as read less what was deleted since. A TryAcquire
+// that does not fit writes nothing. The token is the key's create
+// revision: one counter for every kind of the name, so a mutex granted
+// after a semaphore's permit has a greater token, and a writer's is above
+// every reader's before it. A fence that compares tokens tells only that
+// a write comes from a grant at least as new as the last one it saw; for
+// a semaphore, whose holders hold at once, it cannot tell two current
+// holders apart.
+//
+// Waiting. Watching the predecessor, which is enough for a mutex, is not
+// above a limit of 1: a writer behind ten readers needs all ten gone, and
+// which goes last is unknown. Watching the key whose deletion could first
+// let a waiter in would cost a read each time that key goes, up to one per
+// key ahead. Instead, a waiter keeps the keys ahead of it, with their
+// weights, from its reading, and the backend's one watch of the name's
+// prefix (shared by its waiters of the name, kept across hand-offs, and
+// for weighted names also seeing puts, so that a downgrade is seen) takes
+// every deletion or lowered weight off that sum. A waiter is woken only
+// when the keys ahead of it fit, and then is granted without another
+// request when its shared lease was confirmed within an eighth of its TTL
+// (otherwise one read and a keep-alive confirm it). So a release wakes
+// exactly the waiters that now fit, a granted waiter needs no wake-up from
+// the next (each judges for itself), and a release that frees too little
+// costs the waiters no request. The cost: every change to a weighted
+// name's keys — each enqueue included — is sent as an event to every
+// backend with a waiter on the name, where the mutex's long queues watch
+// one predecessor; and a reading is the whole queue, so an acquisition
+// beside n keys reads n values. A waiter whose watch began after its
+// reading reads the queue once more.
+//
+// Downgrade ([Backend.Downgrade]) rewrites the holder key's weight in a
+// transaction guarded by its create revision (the token) and its mod
+// revision: the key keeps its place, its lease and its token, no writer
+// can come in between, and the waiters that now fit see the put.
 package etcd

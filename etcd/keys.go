@@ -164,14 +164,23 @@ func (b *Backend) nameOf(key string) (string, bool) {
 
 // value is what an acquisition's key holds. Holds counts the grants of a
 // reentrant owner; a waiting key holds 1 already, since when it becomes the
-// lowest key its owner holds the lock.
+// lowest key its owner holds the lock. A mutex's key holds only these two;
+// the key of a weighted kind also holds the kind, the name's limit and the
+// key's weight (see weighted.go).
 type value struct {
-	Owner string `json:"owner"`
-	Holds int    `json:"holds"`
+	Owner  string     `json:"owner"`
+	Holds  int        `json:"holds"`
+	Kind   dlock.Kind `json:"kind,omitempty"`
+	Limit  int        `json:"limit,omitempty"`
+	Weight int        `json:"weight,omitempty"`
 }
 
 func encode(owner string, holds int) string {
-	b, _ := json.Marshal(value{Owner: owner, Holds: holds})
+	return encodeValue(value{Owner: owner, Holds: holds})
+}
+
+func encodeValue(v value) string {
+	b, _ := json.Marshal(v)
 	return string(b)
 }
 
@@ -194,6 +203,28 @@ func foreign(kv *mvccpb.KeyValue) string {
 		return fmt.Sprintf("its holds %d is below 1", v.Holds)
 	case kv.Lease == 0:
 		return "it has no lease, so it would never expire"
+	}
+	return v.badShape()
+}
+
+// badShape says what makes the kind, limit and weight of v impossible, or
+// "": a mutex's key has none; a weighted kind's has a limit in
+// [1, dlock.MaxLimit] (dlock.RWLimit for a read-write lock, 1 for an
+// election) and a weight in [1, limit].
+func (v value) badShape() string {
+	switch {
+	case v.Kind == dlock.KindMutex:
+		if v.Limit != 0 || v.Weight != 0 {
+			return fmt.Sprintf("a mutex's key with limit %d and weight %d", v.Limit, v.Weight)
+		}
+	case v.Kind > dlock.KindElection:
+		return fmt.Sprintf("its kind %d is unknown", v.Kind)
+	case v.Limit < 1 || v.Limit > dlock.MaxLimit:
+		return fmt.Sprintf("its limit %d is outside [1, %d]", v.Limit, dlock.MaxLimit)
+	case v.Weight < 1 || v.Weight > v.Limit:
+		return fmt.Sprintf("its weight %d is outside [1, %d], its limit", v.Weight, v.Limit)
+	case v.Kind == dlock.KindRWMutex && v.Limit != dlock.RWLimit, v.Kind == dlock.KindElection && v.Limit != 1:
+		return fmt.Sprintf("a %s's limit cannot be %d", v.Kind, v.Limit)
 	}
 	return ""
 }

@@ -432,8 +432,9 @@ func (b *Backend) release(ctx context.Context, h *handle, owner string, token in
 			return errors.New("etcd: releasing: the key kept changing")
 		}
 		op := clientv3.OpDelete(key, clientv3.WithPrevKV())
-		if n := decode(it.kv).Holds; n > 1 {
-			op = clientv3.OpPut(key, encode(owner, n-1), clientv3.WithIgnoreLease())
+		if v := decode(it.kv); v.Holds > 1 {
+			v.Holds-- // the value is otherwise kept (a weighted kind's shape)
+			op = clientv3.OpPut(key, encodeValue(v), clientv3.WithIgnoreLease())
 		}
 		tr, err = b.cli.Txn(ctx).
 			If(same, clientv3.Compare(clientv3.ModRevision(key), "=", it.kv.ModRevision)).

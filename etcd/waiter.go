@@ -39,6 +39,12 @@ type waiter struct {
 	older    []string
 	olderRev int64
 	lowest   bool
+
+	// ahead is, for a weighted kind, the keys before the waiter's as read
+	// at revision seen (nil for a mutex: see weighted.go). Such a waiter
+	// waits until they fit, as the backend's watch of the lock's prefix
+	// tells, and sets lowest when the watch missed nothing.
+	ahead *ahead
 }
 
 // maxOlder is how many keys before its own an enqueued waiter reads: a
@@ -73,18 +79,23 @@ func (w *waiter) Wait(ctx context.Context) error {
 	if w.retry > 0 {
 		return dur.Sleep(ctx, backoff(w.retry))
 	}
-	if w.pred == "" {
-		return ctx.Err()
+	var sub *subscription
+	if w.ahead != nil {
+		sub = w.b.hub.subscribeAhead(w.b.lockPrefix(w.req.Name), w.h.key, w.rev, w.seen, w.ahead)
+	} else {
+		if w.pred == "" {
+			return ctx.Err()
+		}
+		// A waiter near the head of the queue watches the lock's prefix,
+		// where it sees all the keys before its own go; one further back
+		// watches only its predecessor, so that a release is not sent to
+		// every client of a long queue.
+		target := w.pred
+		if w.older != nil {
+			target = w.b.lockPrefix(w.req.Name)
+		}
+		sub = w.b.hub.subscribe(target, w.pred, w.seen)
 	}
-	// A waiter near the head of the queue watches the lock's prefix, where
-	// it sees all the keys before its own go; one further back watches
-	// only its predecessor, so that a release is not sent to every client
-	// of a long queue.
-	target := w.pred
-	if w.older != nil {
-		target = w.b.lockPrefix(w.req.Name)
-	}
-	sub := w.b.hub.subscribe(target, w.pred, w.seen)
 	defer sub.stop()
 	every := max(time.Duration(w.ttl)*time.Second/3, 100*time.Millisecond)
 	for {
@@ -100,7 +111,11 @@ func (w *waiter) Wait(ctx context.Context) error {
 				// that a watch that cannot last is not reopened in a loop.
 				return dur.Sleep(ctx, backoff(1))
 			}
-			w.lowest = w.older != nil && sub.allGone(w.older, w.olderRev, w.h.key, w.rev)
+			if w.ahead != nil {
+				w.lowest = sub.fit
+			} else {
+				w.lowest = w.older != nil && sub.allGone(w.older, w.olderRev, w.h.key, w.rev)
+			}
 			return nil
 		case <-sub.read:
 			t.Stop()
@@ -184,7 +199,11 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 		w.lastKA = ka.sent
 		h.kept(lease, ka.sent)
 	}
-	if pred != nil {
+	if w.ahead != nil {
+		if err := w.judge(tr.Responses[1].GetResponseRange(), tr.Header.Revision); err != nil {
+			return dlock.Grant{}, err
+		}
+	} else if pred != nil {
 		if holder != nil {
 			if why := foreign(holder); why != "" {
 				return dlock.Grant{}, foreignError(holder, why) // the Client cancels the waiter
@@ -233,6 +252,9 @@ func (w *waiter) check(ctx context.Context, lp string, serializable bool) (*clie
 		opts = append(opts, clientv3.WithSerializable())
 	}
 	mine := clientv3.Compare(clientv3.CreateRevision(w.h.key), "=", w.rev)
+	if w.ahead != nil {
+		return w.b.cli.Txn(ctx).If(mine).Then(clientv3.OpGet(w.h.key, opts...), w.aheadOp(lp, opts)).Commit()
+	}
 	return w.b.cli.Txn(ctx).If(mine).
 		Then(clientv3.OpGet(w.h.key, opts...),
 			clientv3.OpGet(lp, append(clientv3.WithFirstCreate(), opts...)...),

@@ -36,15 +36,21 @@ type watchHub struct {
 }
 
 // lockWatch is the watch on one lock's prefix, or on one key, and the
-// waiters on it.
+// waiters on it. A weighted name's watch (puts) also sees the puts under
+// the prefix, for downgrades, and has a key of its own in byLock.
 type lockWatch struct {
+	id     string // the key in byLock: lp, or lp+"\x00" for a weighted name's
 	lp     string // the prefix (ending in "/") or the key
+	puts   bool
 	cancel context.CancelFunc
 	ready  bool  // created: floor is known
 	floor  int64 // every deletion under lp after floor is in deleted or still to come
 	// deleted holds the deletions dispatched after floor, by key.
 	deleted map[string]int64
 	subs    map[string][]*subscription // by the key they wait on
+	// lowered holds the downgrades dispatched after floor, by key (puts).
+	lowered map[string]lowering
+	ahead   []*subscription // the weighted waiters
 	users   int
 	idle    *time.Timer
 }
@@ -63,6 +69,21 @@ type subscription struct {
 	read  chan struct{}
 	done  bool // woken is closed
 	ended bool // by the end of the watch; set before woken is closed
+
+	// A weighted waiter's: its own key's create revision, and the keys
+	// before it, which the watch's events change. fit says the waiter was
+	// woken because they now fit, as the watch, which missed nothing since
+	// seen, tells; set before woken is closed.
+	ownRev int64
+	ah     *ahead
+	fit    bool
+}
+
+// lowering is a downgrade seen by a weighted name's watch: the key, made
+// at rev, weighs weight since modRev.
+type lowering struct {
+	modRev, rev int64
+	weight      int
 }
 
 // subscribe registers a waiter for the deletion of key, which existed at
@@ -72,13 +93,49 @@ func (hub *watchHub) subscribe(lp, key string, seen int64) *subscription {
 	s := &subscription{hub: hub, key: key, seen: seen, woken: make(chan struct{}), read: make(chan struct{}, 1)}
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
-	if hub.closed {
-		s.wakeLocked()
+	lw := hub.joinLocked(s, lp, lp, false)
+	if lw == nil {
 		return s
 	}
-	lw := hub.byLock[lp]
+	lw.subs[key] = append(lw.subs[key], s)
+	if lw.ready {
+		s.judgeLocked()
+	}
+	return s
+}
+
+// subscribeAhead registers a weighted waiter, whose key own was created
+// at ownRev, on the watch of its lock's prefix lp: it is woken when the
+// keys before it, ah as read at revision seen, fit (then fit is set), when
+// its own key is deleted, or when the watch cannot tell (it began after
+// seen, or ended): then the waiter reads the queue again. The watch's
+// events change ah until the subscription stops. It never waits on etcd.
+func (hub *watchHub) subscribeAhead(lp, own string, ownRev, seen int64, ah *ahead) *subscription {
+	s := &subscription{hub: hub, key: own, seen: seen, ownRev: ownRev, ah: ah,
+		woken: make(chan struct{}), read: make(chan struct{}, 1)}
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	lw := hub.joinLocked(s, lp+"\x00", lp, true)
 	if lw == nil {
-		lw = hub.openLocked(lp)
+		return s
+	}
+	lw.ahead = append(lw.ahead, s)
+	if lw.ready {
+		s.judgeAheadLocked()
+	}
+	return s
+}
+
+// joinLocked adds s to the watch id of lp, opening it if need be; nil if
+// the hub is closed (then s is woken).
+func (hub *watchHub) joinLocked(s *subscription, id, lp string, puts bool) *lockWatch {
+	if hub.closed {
+		s.wakeLocked()
+		return nil
+	}
+	lw := hub.byLock[id]
+	if lw == nil {
+		lw = hub.openLocked(id, lp, puts)
 	}
 	s.lw = lw
 	lw.users++
@@ -86,11 +143,53 @@ func (hub *watchHub) subscribe(lp, key string, seen int64) *subscription {
 		lw.idle.Stop()
 		lw.idle = nil
 	}
-	lw.subs[key] = append(lw.subs[key], s)
-	if lw.ready {
-		s.judgeLocked()
+	return lw
+}
+
+// judgeAheadLocked applies to a weighted waiter's keys what the watch saw
+// after seen, once the watch is created, and wakes the waiter if they fit,
+// if its key is gone, or if the watch began after seen (it cannot tell).
+func (s *subscription) judgeAheadLocked() {
+	lw := s.lw
+	switch {
+	case s.seen < lw.floor, lw.deleted[s.key] > s.ownRev:
+		s.wakeLocked()
+		return
 	}
-	return s
+	for k := range s.ah.keys {
+		if lw.deleted[k] > s.seen {
+			s.ah.drop(k)
+		} else if lo, ok := lw.lowered[k]; ok && lo.modRev > s.seen {
+			s.ah.lower(k, lo.rev, lo.weight)
+		}
+	}
+	s.fitLocked()
+}
+
+// applyLocked applies an event the watch dispatched after seen to a
+// weighted waiter's keys.
+func (s *subscription) applyLocked(ev *clientv3.Event) {
+	k := string(ev.Kv.Key)
+	switch {
+	case k == s.key:
+		if ev.Type == clientv3.EventTypeDelete {
+			s.wakeLocked() // the waiter's key is gone
+		}
+		return
+	case ev.Type == clientv3.EventTypeDelete:
+		s.ah.drop(k)
+	default:
+		s.ah.lower(k, ev.Kv.CreateRevision, decode(ev.Kv).Weight)
+	}
+	s.fitLocked()
+}
+
+// fitLocked wakes a weighted waiter whose keys before it fit.
+func (s *subscription) fitLocked() {
+	if !s.done && s.ah.fits() {
+		s.fit = true
+		s.wakeLocked()
+	}
 }
 
 // judgeLocked decides, once the watch is created, whether the watch alone
@@ -105,6 +204,14 @@ func (s *subscription) judgeLocked() {
 		default:
 		}
 	}
+}
+
+// endLocked wakes s at the end of its watch.
+func (s *subscription) endLocked() {
+	if !s.done {
+		s.ended = true
+	}
+	s.wakeLocked()
 }
 
 func (s *subscription) wakeLocked() {
@@ -156,7 +263,9 @@ func (s *subscription) stop() {
 		return
 	}
 	s.lw = nil
-	if q := lw.subs[s.key]; q != nil {
+	if s.ah != nil {
+		lw.ahead = slices.DeleteFunc(lw.ahead, func(x *subscription) bool { return x == s })
+	} else if q := lw.subs[s.key]; q != nil {
 		if q = slices.DeleteFunc(q, func(x *subscription) bool { return x == s }); len(q) == 0 {
 			delete(lw.subs, s.key)
 		} else {
@@ -164,29 +273,35 @@ func (s *subscription) stop() {
 		}
 	}
 	lw.users--
-	if lw.users == 0 && hub.byLock[lw.lp] == lw {
+	if lw.users == 0 && hub.byLock[lw.id] == lw {
 		lw.idle = time.AfterFunc(watchLinger, func() {
 			hub.mu.Lock()
 			defer hub.mu.Unlock()
-			if lw.users == 0 && hub.byLock[lw.lp] == lw {
-				delete(hub.byLock, lw.lp)
+			if lw.users == 0 && hub.byLock[lw.id] == lw {
+				delete(hub.byLock, lw.id)
 				lw.cancel()
 			}
 		})
 	}
 }
 
-// openLocked starts the watch of lp, a lock prefix or a key.
-func (hub *watchHub) openLocked(lp string) *lockWatch {
+// openLocked starts the watch id of lp, a lock prefix or a key; with
+// puts, it also sees the puts (a weighted name's).
+func (hub *watchHub) openLocked(id, lp string, puts bool) *lockWatch {
 	// The watch outlives every waiter; it ends with the backend, after
 	// watchLinger without waiters, or when the member loses its leader.
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	lw := &lockWatch{lp: lp, cancel: cancel, deleted: make(map[string]int64), subs: make(map[string][]*subscription)}
+	lw := &lockWatch{id: id, lp: lp, puts: puts, cancel: cancel, deleted: make(map[string]int64), subs: make(map[string][]*subscription)}
 	if hub.byLock == nil {
 		hub.byLock = make(map[string]*lockWatch)
 	}
-	hub.byLock[lp] = lw
-	opts := []clientv3.OpOption{clientv3.WithCreatedNotify(), clientv3.WithFilterPut()}
+	hub.byLock[id] = lw
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if puts {
+		lw.lowered = make(map[string]lowering)
+	} else {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
 	if strings.HasSuffix(lp, "/") {
 		opts = append(opts, clientv3.WithPrefix())
 	}
@@ -214,16 +329,28 @@ func (hub *watchHub) dispatch(lw *lockWatch, wch clientv3.WatchChan) {
 					s.judgeLocked()
 				}
 			}
+			for _, s := range lw.ahead {
+				s.judgeAheadLocked()
+			}
 		}
 		for _, ev := range resp.Events {
-			if ev.Type != clientv3.EventTypeDelete {
-				continue
-			}
 			k, rev := string(ev.Kv.Key), ev.Kv.ModRevision
-			lw.deleted[k] = rev
-			for _, s := range lw.subs[k] {
+			switch {
+			case ev.Type == clientv3.EventTypeDelete:
+				lw.deleted[k] = rev
+				for _, s := range lw.subs[k] {
+					if rev > s.seen {
+						s.wakeLocked()
+					}
+				}
+			case ev.IsModify() && lw.puts:
+				lw.lowered[k] = lowering{modRev: rev, rev: ev.Kv.CreateRevision, weight: decode(ev.Kv).Weight}
+			default:
+				continue // a new key
+			}
+			for _, s := range lw.ahead {
 				if rev > s.seen {
-					s.wakeLocked()
+					s.applyLocked(ev)
 				}
 			}
 		}
@@ -231,19 +358,19 @@ func (hub *watchHub) dispatch(lw *lockWatch, wch clientv3.WatchChan) {
 		hub.mu.Unlock()
 	}
 	hub.mu.Lock()
-	if hub.byLock[lw.lp] == lw {
-		delete(hub.byLock, lw.lp)
+	if hub.byLock[lw.id] == lw {
+		delete(hub.byLock, lw.id)
 	}
 	if lw.idle != nil {
 		lw.idle.Stop()
 	}
 	for _, q := range lw.subs {
 		for _, s := range q {
-			if !s.done {
-				s.ended = true
-			}
-			s.wakeLocked()
+			s.endLocked()
 		}
+	}
+	for _, s := range lw.ahead {
+		s.endLocked()
 	}
 	hub.mu.Unlock()
 }
@@ -251,6 +378,12 @@ func (hub *watchHub) dispatch(lw *lockWatch, wch clientv3.WatchChan) {
 // pruneLocked forgets the older half of the remembered deletions when
 // there are too many, raising the floor past them.
 func (lw *lockWatch) pruneLocked() {
+	if len(lw.lowered) > recentDeletes {
+		for _, lo := range lw.lowered {
+			lw.floor = max(lw.floor, lo.modRev)
+		}
+		clear(lw.lowered)
+	}
 	if len(lw.deleted) <= recentDeletes {
 		return
 	}
