@@ -133,7 +133,7 @@ func (b *Backend) wattempt(ctx context.Context, w *waiter) (dlock.Grant, error) 
 	default:
 		return bad()
 	}
-	if len(a) < 8 {
+	if len(a) < 9 {
 		return bad()
 	}
 	if hint := toInt(a[3]); hint >= 0 {
@@ -142,15 +142,8 @@ func (b *Backend) wattempt(ctx context.Context, w *waiter) (dlock.Grant, error) 
 		w.hint = -1
 	}
 	qlen, used, limit := int(toInt(a[4])), int(toInt(a[5])), int(toInt(a[6]))
-	e := &dlock.HeldError{Holder: dlock.Holder{Owner: toStr(a[1])}}
+	e := &dlock.HeldError{Holder: dlock.Holder{Owner: toStr(a[1]), TTL: time.Duration(toInt(a[8])) * time.Millisecond}}
 	e.Holder.Token, _ = strconv.ParseUint(toStr(a[2]), 10, 64)
-	if e.Holder.Owner != "" {
-		// The holder whose lease ends first: its TTL is the hint, unless
-		// the request is behind another waiter.
-		if first := toInt(a[3]); first > 0 && toInt(a[7]) == 0 {
-			e.Holder.TTL = time.Duration(first) * time.Millisecond
-		}
-	}
 	if limit > 1 {
 		e.Held, e.Limit = used, limit
 		if toInt(a[7]) == 1 {

@@ -168,7 +168,7 @@ end
 // Replies {1, token, count} when granted; {0, owner and token of the
 // holder whose lease ends first (or ""), wait hint ms (-1: none), queue
 // length, weight held, limit, 1 if the request fits but waiters are
-// first} when not; {-1, kind, limit} when the name is in use as another
+// first, that holder's remaining lease ms} when not; {-1, kind, limit} when the name is in use as another
 // kind or limit (nothing changed); {-2, weight held} when the owner holds
 // less weight than it asks (an upgrade; nothing changed).
 //
@@ -245,12 +245,13 @@ end
 settle()
 if head and head ~= before then wake(entry) end
 local first = redis.call('ZRANGE', E, 0, 0, 'WITHSCORES')
-local ho, htok, hint = '', '', -1
+local ho, htok, hint, httl = '', '', -1, 0
 if first[1] then
   ho = first[1]
   local r = rec(redis.call('HGET', H, ho))
   if r then htok = string.format('%.0f', r.tok) end
-  hint = math.max(tonumber(first[2]) - now, 0)
+  httl = math.max(tonumber(first[2]) - now, 0)
+  hint = httl
 end
 local qhead = false
 if qlen > 0 then qhead = redis.call('LINDEX', q, 0) end
@@ -260,7 +261,7 @@ if qhead and qhead ~= entry then
 end
 local blocked = 0
 if fits then blocked = 1 end
-return {0, ho, htok, hint, qlen, used, limit, blocked}
+return {0, ho, htok, hint, qlen, used, limit, blocked, httl}
 `)
 
 // wrenewScript extends a weighted hold.
