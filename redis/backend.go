@@ -187,6 +187,9 @@ const (
 // shared pub/sub connection (for a fair request it is also in the lock's
 // queue).
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	if req.Kind != dlock.KindMutex {
+		return b.acquireWeighted(ctx, req)
+	}
 	if err := b.ready(ctx); err != nil {
 		return dlock.Grant{}, nil, err
 	}
@@ -405,6 +408,9 @@ const cleanupTimeout = 2 * time.Second
 
 // Renew extends the hold h to ttl from now.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	if h.Kind != dlock.KindMutex {
+		return b.renewWeighted(ctx, h, ttl)
+	}
 	k := b.keysOf(h)
 	v, acked, err := b.run(ctx, renewScript, k.all[:1], h.Owner, strconv.FormatUint(h.Token, 10), millis(ttl))
 	if err != nil {
@@ -427,6 +433,9 @@ func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 // Release gives up one hold of h; when the lock frees it publishes on the
 // lock's channel so that a waiter wakes.
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	if h.Kind != dlock.KindMutex {
+		return b.releaseWeighted(ctx, h)
+	}
 	k := b.keysOf(h)
 	v, err := b.release(ctx, k, h.Owner, h.Token, true)
 	if err != nil {
@@ -507,6 +516,9 @@ func (b *Backend) fail(k *keys, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "DLOCKFOREIGN"):
+		if err := b.mutexConflict(k, msg); err != nil {
+			return err
+		}
 		_, why, _ := strings.Cut(msg, "DLOCKFOREIGN ")
 		return fmt.Errorf("%w: key %q holds data that dlock did not write (%s); nothing was changed", ErrForeignData, k.lock(), why)
 	case strings.Contains(msg, "WRONGTYPE"):

@@ -62,6 +62,46 @@
 // a head waiting in the same process. The Client renews all its leases in
 // one script call per tick ([Backend.RenewBatch]).
 //
+// # Semaphores and read-write locks
+//
+// The backend grants dlock.Semaphore and dlock.RWMutex (see [Backend.CanGrant]
+// and [Backend.Downgrade]) on a single server, Sentinel and Cluster alike,
+// with scripts of their own; a mutex never runs them. A weighted name's
+// state is under its hash tag too: the lock's hash records the kind, the
+// limit and the weight held; PREFIX:{NAME}:holders maps each holder's
+// owner to its weight, reentry count, token and request id, and
+// PREFIX:{NAME}:expiry scores each holder by its lease's end in the server's
+// time; waiters queue in the Fair queue's list and timeouts, each entry
+// carrying its weight. One script per operation applies the grant rule:
+// the unexpired holders' weights plus the request fit in the limit, and
+// the request heads the queue or the queue is empty — strict arrival
+// order, so a waiting writer holds back every later reader. Holders whose
+// lease ended are dropped by the next script that looks. A release, a
+// cancelled waiter or a downgrade publishes the queue head's request id on
+// the lock's channel if the head now fits, and a head that is granted does
+// the same for the next, so each waiter that fits is woken and no other;
+// an expiry publishes nothing, so the head's wait is bounded by the
+// earliest holder's lease. A queued waiter renews its deadline while it
+// waits ([WaiterTimeout]); one whose process died is dropped when it
+// passes, and its successor woken.
+//
+// Every grant takes a token from the fence key the mutex uses, so tokens
+// of a name increase across kinds. For a semaphore they order grants but
+// cannot exclude: N holders may write at once, each with its own token,
+// and a fence only rejects writes older than the newest it has seen. A
+// writer's token is above every earlier grant's, reader or writer, so a
+// fence does reject a reader or writer that a later writer superseded.
+//
+// The state is recorded with the first grant and kept while the name has
+// holders or waiters: every key expires with the last holder's lease or
+// the queue, and a release or cancel that leaves nothing deletes them.
+// A request of another kind or limit is refused with a
+// [*dlock.ConflictError]; a mutex request finds out through its own
+// script's refusal (the state has no mutex token), at no cost to the
+// mutex's path. A state edited into what dlock never writes (more weight
+// held than the limit, a count below 1, an unknown kind) is refused with
+// [ErrForeignData] and left as it is.
+//
 // # Errors
 //
 // An unreachable server, a failed authentication and passing server states

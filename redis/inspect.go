@@ -78,7 +78,7 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 		ql := make([]*goredis.IntCmd, n)
 		ttl := make([]*goredis.DurationCmd, n)
 		for i, key := range chunk {
-			hm[i] = p.HMGet(ctx, key, "o", "n", "f", "x", "w", "s")
+			hm[i] = p.HMGet(ctx, key, "o", "n", "f", "x", "w", "s", "k")
 			ql[i] = p.LLen(ctx, key+":queue")
 			ttl[i] = p.PTTL(ctx, key) // the lease end of a hold without x
 		}
@@ -91,6 +91,7 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 			return nil, now.Err()
 		}
 		nowMs := now.Val().UnixMilli()
+		var wkeys, wnames []string
 		for i, key := range chunk {
 			enc := strings.TrimSuffix(strings.TrimPrefix(key, head), "}")
 			name, err := decodeName(enc)
@@ -98,6 +99,10 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 				continue
 			}
 			vals, err := hm[i].Result()
+			if err == nil && len(vals) > 6 && vals[6] != nil {
+				wkeys, wnames = append(wkeys, key), append(wnames, name)
+				continue // a weighted name: inspectWeighted lists its holders
+			}
 			var bad string
 			switch {
 			case err != nil && strings.Contains(err.Error(), "WRONGTYPE"):
@@ -128,6 +133,11 @@ func (b *Backend) scanNode(ctx context.Context, c *goredis.Client, pattern, pref
 			}
 			out = append(out, in)
 		}
+		infos, err := b.inspectWeighted(ctx, c, wkeys, wnames)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, infos...)
 	}
 	return out, nil
 }

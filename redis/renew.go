@@ -16,6 +16,9 @@ const batchSize = 256
 // one script call per 256 holds, on a Cluster in one script call per
 // slot, sent as one pipeline (one round trip per node).
 func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
+	if hasWeighted(rs) {
+		return b.renewMixed(ctx, rs)
+	}
 	errs := make([]error, len(rs))
 	calls := b.renewCalls(rs)
 	results := make([]any, len(calls))
