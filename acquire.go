@@ -169,6 +169,11 @@ func (s *spec) check(ctx context.Context) (kind, err error) {
 	if err := s.c.checkTTL(s.cfg.ttl); err != nil {
 		return ErrInvalidOption, err
 	}
+	if s.cfg.minHold > 0 {
+		if d, ok := s.c.b.(Detacher); !ok || !d.CanDetach() {
+			return ErrInvalidOption, errors.New("MinHold needs a backend whose holds outlive the client (see Detacher); this one frees a hold when its client is gone")
+		}
+	}
 	if s.kind != KindMutex {
 		if err := s.checkWeight(); err != nil {
 			return ErrInvalidOption, err

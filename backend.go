@@ -282,3 +282,14 @@ type Subscription interface {
 type Proclaimer interface {
 	Proclaim(ctx context.Context, h Hold, value string) error
 }
+
+// Detacher is implemented by backends whose holds outlive the client (a
+// Redis key with its expiry, an SQL lease row), for [MinHold]. CanDetach
+// reports whether that is so now (false in a session mode, where the
+// session's end frees the lock); Detach sets hold h to expire ttl from
+// now by the store's clock and leaves it there, as a renewal would, for
+// the store to expire.
+type Detacher interface {
+	CanDetach() bool
+	Detach(ctx context.Context, h Hold, ttl time.Duration) error
+}

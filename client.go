@@ -274,8 +274,7 @@ func (c *Client) Close() error {
 			defer cancel()
 			limit := newGrace(ctx)
 			defer limit.release()
-			h := l.hold()
-			err := bounded0(c, limit, ctx, func(ctx context.Context) error { return c.b.Release(ctx, h) }, nil)
+			err := l.release(limit, ctx, true)
 			if err != nil && !errors.Is(err, ErrLeaseLost) {
 				failed(&Error{Op: "unlock", Name: l.Name(), Backend: c.desc, Kind: kindOf(err), Err: err})
 			}

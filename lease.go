@@ -48,6 +48,7 @@ type Lease struct {
 	traceEnd   bool          // the tracer is yet to be told of the end (see unlock)
 	endCause   EndCause      // why the lease ended; 0 while held
 	granted    instant       // when the granting request was sent
+	minHoldEnd instant       // MinHold: the hold stays in the store until then; 0 without
 	relOnEnd   bool          // the keeper must release it (MaxHold)
 }
 
@@ -69,6 +70,9 @@ func newLease(c *Client, m *spec, key, owner string, g Grant, sent time.Time) *L
 		l.maxHoldEnd = c.instant(sent.Add(m.cfg.maxHold))
 	}
 	l.granted = c.instant(sent)
+	if m.cfg.minHold > 0 && l.count == 1 {
+		l.minHoldEnd = l.granted + instant(m.cfg.minHold)
+	}
 	l.renewedLocked(l.granted, l.ttl)
 	return l
 }
@@ -264,7 +268,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	c.keeper.remove(l)
 
 	if release { // err is nil here
-		err = releaseBounded(c, limit, ctx, l.hold())
+		err = l.release(limit, ctx, stale == nil)
 	}
 	switch {
 	case stale != nil && errors.Is(stale, ErrClosed):
@@ -469,3 +473,20 @@ func (c *Client) instant(t time.Time) instant { return instant(t.Sub(c.epoch)) }
 
 // time returns the time of instant i.
 func (c *Client) time(i instant) time.Time { return c.epoch.Add(time.Duration(i)) }
+
+// release gives the hold up on the backend — or, under MinHold before its
+// end, leaves it in the store to expire there at the MinHold end (a
+// renewal for what is left, judged by the store's clock), so that the name
+// stays taken with no process left running.
+func (l *Lease) release(limit *graceLimit, ctx context.Context, valid bool) error {
+	c := l.c
+	if valid && l.minHoldEnd != 0 {
+		if left := time.Duration(l.minHoldEnd - c.now()); left > 0 {
+			if d, ok := c.b.(Detacher); ok {
+				h := l.hold()
+				return bounded0(c, limit, ctx, func(ctx context.Context) error { return d.Detach(ctx, h, left) }, nil)
+			}
+		}
+	}
+	return releaseBounded(c, limit, ctx, l.hold())
+}

@@ -65,6 +65,7 @@ type config struct {
 	owner     string
 	fair      bool
 	maxHold   time.Duration
+	minHold   time.Duration
 	clock     Clock
 	logger    *slog.Logger
 	namespace string
@@ -126,6 +127,24 @@ func MaxHold(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if c.errs.Check(d >= 0, "MaxHold %v is negative", d) {
 			c.maxHold = d
+		}
+	})
+}
+
+// MinHold keeps the name taken until d after the grant even if the lease
+// is unlocked earlier (ShedLock's lockAtLeastFor): Unlock then leaves the
+// hold in the store to expire there at that time, judged by the store's
+// clock, with no process left running. A scheduled job that finishes early
+// on one host thus is not run a second time by the same schedule on a host
+// whose clock or timer is a little late. It needs a backend whose holds
+// outlive the client (see [Detacher]: Redis, Redlock, the SQL lease
+// tables, mem); elsewhere it is [ErrInvalidOption]. A reentrant hold's
+// inner Unlocks release as usual. Zero, the default, means none; a MinHold
+// above MaxHold is [ErrInvalidOption].
+func MinHold(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if c.errs.Check(d >= 0, "MinHold %v is negative", d) {
+			c.minHold = d
 		}
 	})
 }
@@ -256,6 +275,9 @@ func (c *config) check(client bool) error {
 	}
 	if !client && len(c.clientOnly) > 0 {
 		errs = append(errs, strings.Join(c.clientOnly, ", ")+" is a Client option, not a Mutex option")
+	}
+	if c.maxHold > 0 && c.minHold > c.maxHold {
+		errs = append(errs, fmt.Sprintf("MinHold %v is above MaxHold %v", c.minHold, c.maxHold))
 	}
 	if c.maxHold > 0 && c.maxHold < c.ttl {
 		errs = append(errs, fmt.Sprintf("MaxHold %v is below the TTL %v", c.maxHold, c.ttl))

@@ -185,10 +185,10 @@ func TestNoTracerNoAllocation(t *testing.T) {
 type nopTracer struct{}
 
 func (nopTracer) AcquireStart(ctx context.Context, _ dlock.TraceAcquire) context.Context { return ctx }
-func (nopTracer) AcquireWait(context.Context, dlock.TraceAcquire, dlock.TraceWait)      {}
-func (nopTracer) AcquireEnd(context.Context, dlock.TraceAcquire, dlock.TraceAcquireEnd) {}
-func (nopTracer) Renewed(*dlock.Lease, dlock.TraceRenew)                                {}
-func (nopTracer) LeaseEnd(*dlock.Lease, dlock.TraceLeaseEnd)                            {}
+func (nopTracer) AcquireWait(context.Context, dlock.TraceAcquire, dlock.TraceWait)       {}
+func (nopTracer) AcquireEnd(context.Context, dlock.TraceAcquire, dlock.TraceAcquireEnd)  {}
+func (nopTracer) Renewed(*dlock.Lease, dlock.TraceRenew)                                 {}
+func (nopTracer) LeaseEnd(*dlock.Lease, dlock.TraceLeaseEnd)                             {}
 
 // BenchmarkLockUnlockTracer: Lock+Unlock on mem without a tracer and with
 // a no-op one: the cost of the hooks when unused is a nil check.

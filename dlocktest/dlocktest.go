@@ -96,6 +96,7 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 		{"WokenNotPolling", (*suite).wokenNotPolling},
 		{"ExtremeTTL", (*suite).extremeTTL},
 		{"NamespaceIsolation", (*suite).namespaceIsolation},
+		{"MinHold", (*suite).minHold},
 		{"LostShorterExtend", (*suite).lostShorterExtend},
 		{"LeaseContextTimeout", (*suite).leaseContextTimeout},
 		{"SilentStoreNotBusy", (*suite).silentStoreNotBusy},

@@ -149,3 +149,34 @@ func (s *suite) extend() {
 	}
 	s.unlock(l)
 }
+
+// minHold: with MinHold, a lease unlocked early leaves its name taken
+// until MinHold after the grant, by the store; a backend whose holds do
+// not outlive the client refuses MinHold with ErrInvalidOption.
+func (s *suite) minHold() {
+	name := s.name("mh")
+	d := 4 * s.cfg.ttl
+	a := s.client(dlock.TTL(s.cfg.ttl))
+	if det, ok := a.Backend().(dlock.Detacher); !ok || !det.CanDetach() {
+		if _, err := a.Mutex(name, dlock.MinHold(d)).TryLock(s.ctx(time.Minute)); !errors.Is(err, dlock.ErrInvalidOption) {
+			s.t.Fatalf("MinHold on a backend that cannot detach: %v, want ErrInvalidOption", err)
+		}
+		s.t.Skip("the backend's holds do not outlive the client: MinHold is refused")
+	}
+	l := s.lock(a.Mutex(name, dlock.MinHold(d)))
+	granted := time.Now()
+	s.unlock(l)
+	a.Close() // no process left: the store keeps the name
+	b := s.client()
+	if time.Since(granted) < d/2 {
+		s.mustBeHeld(b, name)
+	}
+	l2 := s.lock(b.Mutex(name))
+	if took := time.Since(granted); took < d-d/10 {
+		s.t.Errorf("granted again %v after the grant, before MinHold %v", took, d)
+	}
+	if l2.Token() <= l.Token() {
+		s.t.Errorf("token %d after MinHold is not above %d", l2.Token(), l.Token())
+	}
+	s.unlock(l2)
+}

@@ -633,6 +633,15 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 	return nil
 }
 
+// CanDetach says yes: a hold stays in the store (for the life of the
+// process) until it expires.
+func (b *Backend) CanDetach() bool { return true }
+
+// Detach leaves a hold in the store to expire ttl from now.
+func (b *Backend) Detach(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
+	return b.Renew(ctx, h, ttl)
+}
+
 // CanGrant says yes to every kind: the store is exact within the process.
 func (b *Backend) CanGrant(kind dlock.Kind, limit int) error { return nil }
 
