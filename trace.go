@@ -89,6 +89,7 @@ type TraceAcquireEnd struct {
 
 // TraceRenew is a renewal of a lease.
 type TraceRenew struct {
+	Backend string        // the Client's backend description
 	Latency time.Duration // from sending to the answer
 	Err     error         // nil when renewed
 }
@@ -119,9 +120,10 @@ func (c EndCause) String() string {
 
 // TraceLeaseEnd is the end of a lease.
 type TraceLeaseEnd struct {
-	Cause EndCause
-	Held  time.Duration // from the grant's request to the end, on the Client's clock
-	Err   error         // why it ended; nil for EndUnlocked
+	Backend string // the Client's backend description
+	Cause   EndCause
+	Held    time.Duration // from the grant's request to the end, on the Client's clock
+	Err     error         // why it ended; nil for EndUnlocked
 }
 
 // WithTracer sets the Client's tracer (default: none). It is a Client
@@ -178,7 +180,7 @@ func (l *Lease) unlock() {
 		return
 	}
 	l.traceEnd = false
-	ev := TraceLeaseEnd{Cause: l.endCause, Held: time.Duration(l.c.now() - l.granted)}
+	ev := TraceLeaseEnd{Backend: l.c.desc, Cause: l.endCause, Held: time.Duration(l.c.now() - l.granted)}
 	if l.endCause != EndUnlocked {
 		ev.Err = l.errLocked()
 	}
@@ -191,6 +193,6 @@ func (l *Lease) unlock() {
 // at done.
 func (l *Lease) traceRenew(sent, done instant, err error) {
 	if t := l.c.cfg.tracer; t != nil {
-		l.c.traced(func() { t.Renewed(l, TraceRenew{Latency: time.Duration(done - sent), Err: err}) })
+		l.c.traced(func() { t.Renewed(l, TraceRenew{Backend: l.c.desc, Latency: time.Duration(done - sent), Err: err}) })
 	}
 }
