@@ -2,7 +2,9 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/sqllock/sqllocktest"
 	"github.com/dlock-dev/dlock/sqlite"
 )
 
@@ -155,4 +158,19 @@ func TestFileTokensAfterRecreate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestForeignSchema: Open over a table that is not dlock's (pglock's
+// "locks", a foreign waiters or fence table) fails naming it and leaves
+// the schema as it was.
+func TestForeignSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sqllocktest.ForeignSchema(t, "sqlite", db, func(ctx context.Context, table string) (dlock.Backend, error) {
+		return sqlite.Open(ctx, path, sqlite.Table(table))
+	})
 }
