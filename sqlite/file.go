@@ -60,7 +60,25 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if err := b.file.check(dlock.ErrBackendUnavailable); err != nil {
 		return dlock.Grant{}, nil, err
 	}
-	return b.shell.Acquire(ctx, req)
+	g, w, err := b.shell.Acquire(ctx, req)
+	if w != nil && b.file != nil {
+		w = fileWaiter{w, b.file}
+	}
+	return g, w, err
+}
+
+// fileWaiter is a waiter whose attempts check the file as Acquire does:
+// a wait may outlast the file.
+type fileWaiter struct {
+	dlock.Waiter
+	file *fileID
+}
+
+func (w fileWaiter) Acquire(ctx context.Context) (dlock.Grant, error) {
+	if err := w.file.check(dlock.ErrBackendUnavailable); err != nil {
+		return dlock.Grant{}, err
+	}
+	return w.Waiter.Acquire(ctx)
 }
 
 // Renew extends the hold h to ttl from now by the database's clock. If the

@@ -62,6 +62,11 @@ func TestFileDeleted(t *testing.T) {
 				t.Fatal(err)
 			}
 			held := dlock.Hold{Name: req.Name, Owner: req.Owner, Token: g.Token}
+			_, w, err := old.Acquire(ctx, dlock.Request{Name: "job", Owner: "waiter", TTL: time.Minute, Wait: true})
+			if w == nil {
+				t.Fatalf("Acquire of a held lock: no waiter (%v)", err)
+			}
+			defer w.Cancel(context.Background())
 
 			if err := tc.gone(path); err != nil {
 				t.Fatal(err)
@@ -87,6 +92,9 @@ func TestFileDeleted(t *testing.T) {
 			}
 			if errs := old.RenewBatch(ctx, []dlock.Renewal{{Hold: held, TTL: time.Minute}}); !errors.Is(errs[0], dlock.ErrLeaseLost) {
 				t.Errorf("RenewBatch after the file was %s: %v; want ErrLeaseLost", tc.name, errs[0])
+			}
+			if _, err := w.Acquire(ctx); !errors.Is(err, dlock.ErrBackendUnavailable) {
+				t.Errorf("a waiter's attempt on the old Backend after the file was %s: %v; want ErrBackendUnavailable", tc.name, err)
 			}
 			if _, _, err := old.Acquire(ctx, dlock.Request{Name: "other", Owner: "first", TTL: time.Minute}); !errors.Is(err, dlock.ErrBackendUnavailable) {
 				t.Errorf("Acquire on the old Backend after the file was %s: %v; want ErrBackendUnavailable", tc.name, err)
