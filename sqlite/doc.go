@@ -38,9 +38,10 @@
 //     the year 2255), so that the tokens of a file deleted and created
 //     again stay above the old file's, as long as the clock did not go
 //     back and the old file gave fewer grants than microseconds passed
-//     between the two creations (SQLite commits tens of thousands of
-//     transactions a second at most, not one per microsecond). A file
-//     restored from a backup is not covered.
+//     between the two creations (SQLite commits one transaction at a
+//     time: a grant and release took 156 µs with synchronous=NORMAL and
+//     0.9 ms with FULL, 8 goroutines on 2 cores, far from one grant per
+//     µs). A file restored from a backup is not covered.
 //   - The file is the lock. Deleting or replacing it while it is in use
 //     (rm locks.db) makes a second owner possible: processes that had it
 //     open keep using the old file, which a new Open no longer sees.
