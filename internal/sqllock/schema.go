@@ -225,16 +225,6 @@ func isAre(ts []string) string {
 	return "are"
 }
 
-// check selects no row, but every column dlock uses, from the three
-// tables.
-func (e *Engine) check(ctx context.Context, table string) error {
-	var qs []string
-	for _, t := range Tables(e.d, table) {
-		qs = append(qs, `SELECT `+t.Columns+` FROM `+t.Name+` WHERE 1 = 0`)
-	}
-	return e.checkQueries(ctx, qs...)
-}
-
 func (e *Engine) checkQueries(ctx context.Context, qs ...string) error {
 	for _, q := range qs {
 		err := e.retry(ctx, func(ctx context.Context) error {
