@@ -47,6 +47,20 @@ var myDialect = sqllock.Dialect{
 	DeleteFreed: true,
 	DeleteLimit: true,
 	FenceTx:     true,
+	Missing:     func(err error) bool { return myErrno(err) == myNoSuchTable },
+	Denied: func(err error) bool {
+		n := myErrno(err)
+		return n == myTableDenied || n == myColumnDenied
+	},
+}
+
+// myErrno returns the number of a server's error, or 0.
+func myErrno(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
 }
 
 // myBuckets is the number of fence rows: acquisitions of names in
@@ -189,6 +203,9 @@ const (
 	myUnknownComErr     = 1047
 	myNotSupportedAuth  = 1251
 	myHostNotPrivileged = 1130
+	myNoSuchTable       = 1146
+	myTableDenied       = 1142 // ER_TABLEACCESS_DENIED_ERROR
+	myColumnDenied      = 1143 // ER_COLUMNACCESS_DENIED_ERROR
 )
 
 func classifyMySQL(err error) sqllock.ErrorClass {

@@ -66,7 +66,29 @@
 //
 // The tables are created on first use or by [Migrate] (`dlock migrate`);
 // with [NoMigrate] (?migrate=false) Open only checks them. Names and owners
-// are VARBINARY, compared bytewise. Rows dlock did not write are never
-// taken over: locking them fails with dlock.ErrForeignData and Inspect
-// lists them with LockInfo.Bad.
+// are VARBINARY, compared bytewise. Before it creates anything, Open checks
+// every table of the set that exists: a table of that name that is not
+// dlock's fails with dlock.ErrForeignData naming it, and nothing is created
+// or changed. MySQL commits each CREATE on its own, so a migration that
+// fails between them (a privilege missing) leaves the empty tables made so
+// far, which a later migration completes. Rows dlock did not write are
+// never taken over: locking them fails with dlock.ErrForeignData and
+// Inspect lists them with LockInfo.Bad.
+//
+// # Privileges
+//
+// Migrating (the first Open, or `dlock migrate`) needs CREATE and TRIGGER
+// on the database, plus the privileges below. An application user
+// that opens with [NoMigrate] (?migrate=false) needs, for the lease table
+// T (default dlock_locks) in database D:
+//
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON D.T TO 'app'@'%';
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON D.T_waiters TO 'app'@'%';
+//	GRANT SELECT, UPDATE ON D.T_fence TO 'app'@'%';
+//
+// (the fence trigger runs with its definer's privileges; session mode's
+// GET_LOCK needs no grant). Open checks each of these with a statement
+// that matches no row and fails, naming the table and the privilege, with
+// an error that says "permission denied" and matches
+// dlock.ErrBackendUnavailable.
 package mysql

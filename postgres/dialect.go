@@ -43,6 +43,23 @@ var pgDialect = sqllock.Dialect{
 	MarkLock:   "FOR SHARE OF f",
 	FenceFirst: true,
 	Reclaim:    postgresReclaim,
+	Tables: func(locks string) []sqllock.Table {
+		// Every release's trigger reads it; a listening connection
+		// registers in it.
+		return []sqllock.Table{{Name: listenersTable(locks), Columns: "pid, started",
+			Privileges: []string{"INSERT", "UPDATE", "DELETE"}}}
+	},
+	Missing: func(err error) bool { return pgCode(err) == "42P01" }, // undefined_table
+	Denied:  func(err error) bool { return pgCode(err) == "42501" }, // insufficient_privilege
+}
+
+// pgCode returns the SQLSTATE of a server's error, or "".
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
 }
 
 // pgNow is the database's clock in milliseconds since the Unix epoch.

@@ -64,7 +64,28 @@
 // # Schema
 //
 // The tables are created on first use or by [Migrate] (`dlock migrate`);
-// with [NoMigrate] (?migrate=false) Open only checks them. Rows dlock did
-// not write are never taken over: locking them fails with
-// dlock.ErrForeignData and Inspect lists them with LockInfo.Bad.
+// with [NoMigrate] (?migrate=false) Open only checks them. Before it
+// creates anything, Open checks every table of the set that exists: a
+// table of that name that is not dlock's (cirello.io/pglock's "locks", for
+// one) fails with dlock.ErrForeignData naming it, and nothing is created or
+// changed (no trigger is put on it). Rows dlock did not write are never
+// taken over: locking them fails with dlock.ErrForeignData and Inspect
+// lists them with LockInfo.Bad.
+//
+// # Privileges
+//
+// Migrating (the first Open, or `dlock migrate`) needs a user that may
+// create tables, functions and triggers in the schema: run it as the
+// tables' owner. An application user that opens with [NoMigrate]
+// (?migrate=false) needs, for the lease table T (default dlock_locks):
+//
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON T, T_waiters, T_listeners TO app;
+//	GRANT SELECT, UPDATE ON T_fence TO app;
+//
+// (the triggers run with the privileges of the user whose statement fires
+// them: a release reads T_listeners and raises a mark in T_fence; session
+// mode's advisory locks need no grant). Open checks each of these with a
+// statement that matches no row and fails, naming the table and the
+// privilege, with an error that says "permission denied" and matches
+// dlock.ErrBackendUnavailable.
 package postgres

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/dlock-dev/dlock"
@@ -46,3 +47,52 @@ func TestSilentLink(t *testing.T)  { sqllocktest.SilentLink(t, target) }
 // TestHerd: many waiters on one name in one process take a bounded number
 // of connections, in both modes, fair or not.
 func TestHerd(t *testing.T) { sqllocktest.Herd(t, target) }
+
+// TestForeignSchema: Open over a table that is not dlock's (pglock's
+// "locks", a foreign waiters or fence table) fails naming it and leaves
+// the schema as it was: no table, trigger or function added.
+func TestForeignSchema(t *testing.T) {
+	dsn := target.Start(t, false).DSN
+	sqllocktest.ForeignSchema(t, "postgres", target.DB(t, dsn), func(ctx context.Context, table string) (dlock.Backend, error) {
+		return target.Open(ctx, dsn, sqllocktest.Mode{Table: table})
+	})
+}
+
+// appGrants are the grants the package doc lists for an application user.
+var appGrants = func() []sqllocktest.Grant {
+	var gs []sqllocktest.Grant
+	for _, t := range []string{"dlock_locks", "dlock_locks_waiters", "dlock_locks_listeners"} {
+		for _, p := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
+			gs = append(gs, sqllocktest.Grant{Privilege: p, Table: t})
+		}
+	}
+	return append(gs, sqllocktest.Grant{Privilege: "SELECT", Table: "dlock_locks_fence"},
+		sqllocktest.Grant{Privilege: "UPDATE", Table: "dlock_locks_fence"})
+}()
+
+// TestPrivileges: a role with only the documented grants locks, waits and
+// releases; one without any of them is told at Open, naming the table.
+func TestPrivileges(t *testing.T) {
+	dsn := target.Start(t, false).DSN
+	db := target.DB(t, dsn)
+	ctx := context.Background()
+	b, err := postgres.Open(ctx, dsn) // the administrator migrates
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if _, err := db.ExecContext(ctx, `CREATE ROLE dlock_app LOGIN`); err != nil {
+		t.Fatal(err)
+	}
+	app := strings.Replace(dsn, "postgres@", "dlock_app@", 1)
+	sqllocktest.Privileges(t, appGrants,
+		func(ctx context.Context, g sqllocktest.Grant) error {
+			_, err := db.ExecContext(ctx, "GRANT "+g.Privilege+" ON "+g.Table+" TO dlock_app")
+			return err
+		},
+		func(ctx context.Context, g sqllocktest.Grant) error {
+			_, err := db.ExecContext(ctx, "REVOKE "+g.Privilege+" ON "+g.Table+" FROM dlock_app")
+			return err
+		},
+		func(ctx context.Context, m sqllocktest.Mode) (dlock.Backend, error) { return target.Open(ctx, app, m) })
+}

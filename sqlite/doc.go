@@ -32,7 +32,25 @@
 //   - Fencing tokens strictly increase per lock name for the life of the
 //     file (a fence row keeps the marks of deleted rows, as long as every
 //     process runs this version and the triggers stay); with the default
-//     synchronous=FULL they survive power loss as well as crashes.
+//     synchronous=FULL they survive power loss as well as crashes. A new
+//     file's tokens start at the host's clock in microseconds since the
+//     Unix epoch (about 1.8e15, below 2^53, so exact in JSON numbers until
+//     the year 2255), so that the tokens of a file deleted and created
+//     again stay above the old file's, as long as the clock did not go
+//     back and the old file gave fewer grants than microseconds passed
+//     between the two creations (SQLite commits one transaction at a
+//     time: a grant and release took 156 µs with synchronous=NORMAL and
+//     0.9 ms with FULL, 8 goroutines on 2 cores, far from one grant per
+//     µs). A file restored from a backup is not covered.
+//   - The file is the lock. Deleting or replacing it while it is in use
+//     (rm locks.db) makes a second owner possible: processes that had it
+//     open keep using the old file, which a new Open no longer sees.
+//     Every Backend therefore checks, before each renewal, release and
+//     acquisition, that its path still names the file it opened (device
+//     and inode): a holder learns at its next renewal that its lease is
+//     lost (dlock.ErrLeaseLost, so the lease ends), and its other
+//     acquisitions fail with dlock.ErrBackendUnavailable until it is
+//     opened again.
 //   - A step of the host's wall clock is not safe: a forward step longer
 //     than a lease's remaining TTL lets a second owner in until the first
 //     holder's next renewal fails; only a resource that checks fencing
@@ -59,4 +77,17 @@
 // With [dlock.Fair], waiters queue in the waiters table in arrival order,
 // refreshed every third of the waiter timeout ([WaiterTimeout]); a dead
 // process's waiters drop out after it.
+//
+// # Clearing a stuck lock
+//
+// Never delete the file (see Guarantees). A lock whose holder died frees
+// itself when its TTL runs out; `dlock status` shows the holder and the
+// time left. To free one at once, stop its holder first (it would go on
+// believing it holds the lock until its next renewal), then delete its row:
+//
+//	sqlite3 locks.db "DELETE FROM dlock_locks WHERE name = 'NAME'"
+//
+// (the table is dlock_locks unless the Table option says otherwise). The
+// row's token is kept in the fence table by a trigger, so the next grant's
+// token is still greater.
 package sqlite

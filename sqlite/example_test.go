@@ -35,6 +35,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer lease.Unlock(ctx)
-	fmt.Println("holding with token", lease.Token())
-	// Output: holding with token 1
+	// A new file's tokens start at the time it was created, in µs.
+	fmt.Println("holding with token", lease.Token() > 1_700_000_000_000_000)
+	// Output: holding with token true
 }

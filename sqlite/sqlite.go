@@ -27,7 +27,10 @@ import (
 // [dlock.BatchRenewer], [dlock.Inspector] and [dlock.Migrator], plus
 // String, Table and Reclaim (a sweep of free rows on demand). SQLite has
 // no session mode: Session reports false and loss is never reported.
-type Backend struct{ *shell }
+type Backend struct {
+	*shell
+	file *fileID // the database file; nil for an in-memory database
+}
 
 type shell = sqllock.Backend
 
@@ -84,7 +87,11 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 		}
 		return nil, openError(abs, "cannot create or write the file", err)
 	}
+	fi, err := f.Stat()
 	f.Close()
+	if err != nil {
+		return nil, openError(abs, "", err)
+	}
 	key := abs
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		key = real
@@ -114,7 +121,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Backend, error) {
 		fdb, _ := sql.Open("sqlite", dsn) // sql.Open of a registered driver does not fail
 		return fdb
 	}
-	return newBackend(ctx, db, key, "sqlite "+abs, cfg, feedDB, db.Close)
+	return newBackend(ctx, db, key, "sqlite "+abs, cfg, feedDB, db.Close, &fileID{path: abs, fi: fi})
 }
 
 // setWAL switches the database to WAL mode (a setting kept in the file),
@@ -170,7 +177,7 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	if file == "" {
 		// An in-memory or temporary database lives in db's connections:
 		// only the Backends on db can share it, and no other process.
-		return newBackend(ctx, db, fmt.Sprintf("%p", db), "sqlite (in-memory or temporary database)", cfg, nil, nil)
+		return newBackend(ctx, db, fmt.Sprintf("%p", db), "sqlite (in-memory or temporary database)", cfg, nil, nil, nil)
 	}
 	// The feed's connection is outside the caller's pool, which may be as
 	// small as one connection.
@@ -181,14 +188,19 @@ func New(db *sql.DB, opts ...Option) (*Backend, error) {
 	if real, err := filepath.EvalSymlinks(file); err == nil {
 		key = real
 	}
-	return newBackend(ctx, db, key, "sqlite "+file, cfg, feedDB, nil)
+	fi, err := os.Stat(file)
+	if err != nil {
+		return nil, errors.Join(dlock.ErrBackendUnavailable, fmt.Errorf("sqlite: %w", err))
+	}
+	return newBackend(ctx, db, key, "sqlite "+file, cfg, feedDB, nil, &fileID{path: file, fi: fi})
 }
 
 // newBackend makes the engine. key identifies the store (the file) in this
 // process: the Backends of the process on one file and table share its
 // in-process state and its data_version poll, on a connection that
-// feedDB opens (nil: no poll, for an in-memory database).
-func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, feedDB func() *sql.DB, onClose func() error) (*Backend, error) {
+// feedDB opens (nil: no poll, for an in-memory database). file is the
+// database file as opened (nil: none).
+func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, feedDB func() *sql.DB, onClose func() error, file *fileID) (*Backend, error) {
 	var (
 		local   *sqllock.Local
 		release func() error
@@ -200,7 +212,7 @@ func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, f
 		local, release = sharedStore(key+"\x00"+cfg.Table, feedDB)
 	}
 	sb, err := sqllock.Start(ctx, cfg.Options, sqllock.Setup{
-		DB: db, Dialect: sqllock.SQLite, Desc: desc, Local: local,
+		DB: db, Dialect: dialect, Desc: desc, Local: local,
 		OnClose: func() error {
 			err := release()
 			if onClose != nil {
@@ -212,7 +224,7 @@ func newBackend(ctx context.Context, db *sql.DB, key, desc string, cfg config, f
 	if err != nil {
 		return nil, err // Start called OnClose
 	}
-	return &Backend{sb}, nil
+	return &Backend{shell: sb, file: file}, nil
 }
 
 // Migrate creates the lease table, the waiters table, the fence table
@@ -225,7 +237,7 @@ func Migrate(ctx context.Context, db *sql.DB, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	return sqllock.Migrate(ctx, db, sqllock.SQLite, cfg.Table)
+	return sqllock.Migrate(ctx, db, dialect, cfg.Table)
 }
 
 // ---------------------------------------------------------------------

@@ -119,6 +119,14 @@ Backend:
   --preserve-env=DLOCK_URL). Every user can then hold, or delete, any lock
   in it; a group and modes 2770 and 0660 narrow that to the group.
 
+  A stuck lock (its holder died) frees itself when its TTL runs out; dlock
+  status shows who holds it and for how long. To free it at once, stop the
+  holder, then delete the lock's row, never the file:
+    sqlite3 locks.db "DELETE FROM dlock_locks WHERE name = 'NAME'"
+  Deleting or replacing the file (rm locks.db) is not how to clear a lock:
+  processes that have it open keep using the old file; a holder learns at its
+  next renewal that its lease is lost (exit 4).
+
 Exit status:
   N       COMMAND ran, holding the lock throughout, and exited with status N
   128+N   COMMAND was killed by signal N (130 for SIGINT, 143 for SIGTERM),

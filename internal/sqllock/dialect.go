@@ -152,6 +152,27 @@ type Dialect struct {
 	// integer columns hold anything else are foreign data.
 	IsInteger func(expr string) string
 
+	// FenceFloor, if set, returns the least mark of a fence row when it
+	// is created: the tokens of new names then start above it. The sqlite
+	// backend's is the clock in microseconds, so that a database file
+	// deleted and created again gives tokens above those of the old file
+	// (see its package doc). nil is 0.
+	FenceFloor func() int64
+
+	// Tables, if set, returns the tables of the dialect's own that its
+	// statements on lease table locks use (PostgreSQL's listeners table),
+	// which [Check] and [Migrate] check like the others.
+	Tables func(locks string) []Table
+
+	// Missing reports whether a statement's error says that its table
+	// does not exist (rather than that it lacks a column).
+	Missing func(error) bool
+
+	// Denied, if set, reports whether a statement's error says that the
+	// user lacks a privilege on its table. A dialect with it has its
+	// privileges checked by [Check] and [Migrate] (see [Tables]).
+	Denied func(error) bool
+
 	// Classify sorts a database error: whether trying again may succeed
 	// (the database was locked or busy: nothing was done), whether the
 	// database cannot be reached, or neither.
@@ -190,6 +211,7 @@ var SQLite = Dialect{
 	Schema:       sqliteSchema,
 	IsInteger:    sqliteIsInteger,
 	Classify:     classifySQLite,
+	Missing:      func(err error) bool { return strings.Contains(err.Error(), "no such table") },
 	// One writer at a time: one fence row serves all names.
 	Buckets: 1,
 	Bucket:  func(name string) string { return "(0 * length(" + name + "))" },

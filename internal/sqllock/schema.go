@@ -1,9 +1,12 @@
 package sqllock
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/dlock-dev/dlock"
@@ -30,20 +33,30 @@ func CheckTable(name string) error {
 	return nil
 }
 
-// Check reports whether the lease table, the waiters table and the fence
-// table of the named lease table (DefaultTable if empty) exist in db with the columns dlock
-// uses, creating nothing: [New] runs it instead of [Migrate] under
-// Config.NoMigrate, so that a missing table is reported when the backend
-// is opened rather than by its first acquisition.
+// Check reports whether every table the backend's statements use — the
+// lease table, the waiters table and the fence table of the named lease
+// table (DefaultTable if empty), and the dialect's own ([Dialect.Tables])
+// — exists in db with the columns dlock uses and, where the dialect has
+// privileges ([Dialect.Denied]), with the privileges the statements need,
+// creating nothing: [New] runs it instead of [Migrate] under
+// Config.NoMigrate, so that a missing table or grant is reported when the
+// backend is opened rather than by its first acquisition or release. A
+// table that exists but is not dlock's matches [dlock.ErrForeignData], a
+// missing privilege [dlock.ErrBackendUnavailable]; both name the table.
 func Check(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	e, table, err := schemaEngine(db, d, table)
 	if err != nil {
 		return err
 	}
-	if err := e.check(ctx, table); err != nil {
-		return fmt.Errorf("the tables %s, %s and %s are missing or not dlock's (%w); create them with `dlock migrate` or Migrate, or open without NoMigrate", table, WaitersTable(table), FenceTable(table), err)
+	missing, err := e.survey(ctx, table)
+	if err != nil {
+		return err
 	}
-	return nil
+	if len(missing) > 0 {
+		return fmt.Errorf("%s missing; create %s with `dlock migrate` or Migrate (as a user that may create tables), or open without NoMigrate (migrate=false)",
+			tableList(missing), pronoun(missing))
+	}
+	return e.checkPrivileges(ctx, table)
 }
 
 // schemaEngine returns the engine that Check and Migrate run their
@@ -55,21 +68,161 @@ func schemaEngine(db *sql.DB, d Dialect, table string) (*Engine, string, error) 
 	if err := CheckTable(table); err != nil {
 		return nil, "", err
 	}
-	return &Engine{db: db, d: d, local: NewLocal(nil)}, table, nil
+	return &Engine{db: db, d: d, table: table, local: NewLocal(nil)}, table, nil
 }
 
-// check selects no row, but every column dlock uses, from the three
-// tables.
-func (e *Engine) check(ctx context.Context, table string) error {
-	checkW := `SELECT seq, name, owner, expires_at FROM ` + WaitersTable(table) + ` WHERE 1 = 0`
-	checkF := `SELECT bucket, mark FROM ` + FenceTable(table) + ` WHERE 1 = 0`
-	return e.checkQueries(ctx, leaseCheck(table), checkW, checkF)
+// Table is one table of a lease table's set, with what dlock's statements
+// use of it: its columns and the privileges an application user needs.
+type Table struct {
+	// Name is the table's name.
+	Name string
+	// Columns lists the columns the statements read, comma-separated.
+	Columns string
+	// InsertColumns lists the columns the statements insert; "" when
+	// they are Columns.
+	InsertColumns string
+	// Privileges are those the statements need beyond SELECT, of
+	// "INSERT", "UPDATE" and "DELETE".
+	Privileges []string
 }
 
-// leaseCheck selects no row, but every column dlock uses, from the lease
-// table.
-func leaseCheck(table string) string {
-	return `SELECT name, owner, holds, token, expires_at FROM ` + table + ` WHERE 1 = 0`
+// Tables returns every table that the statements on lease table table use
+// under dialect d, in the order they are checked: the lease table, the
+// waiters table, the fence table, then the dialect's own.
+func Tables(d Dialect, table string) []Table {
+	all := []string{"INSERT", "UPDATE", "DELETE"}
+	ts := []Table{
+		{Name: table, Columns: "name, owner, holds, token, expires_at", Privileges: all},
+		{Name: WaitersTable(table), Columns: "seq, name, owner, expires_at", InsertColumns: "name, owner, expires_at", Privileges: all},
+		// The deletions' trigger raises a mark (PostgreSQL runs it with
+		// the deleting user's privileges); MySQL locks the marks FOR
+		// UPDATE before a deletion.
+		{Name: FenceTable(table), Columns: "bucket, mark", Privileges: []string{"UPDATE"}},
+	}
+	if d.Tables != nil {
+		ts = append(ts, d.Tables(table)...)
+	}
+	return ts
+}
+
+// survey checks every table of Tables that exists, changing nothing: it
+// returns the names of those that do not exist, or an error naming each
+// table that exists but is not dlock's (matching dlock.ErrForeignData) or
+// that the user may not read (dlock.ErrBackendUnavailable).
+func (e *Engine) survey(ctx context.Context, table string) (missing []string, err error) {
+	var foreign, denied []string
+	var causes []error
+	for _, t := range Tables(e.d, table) {
+		err := e.checkQueries(ctx, `SELECT `+t.Columns+` FROM `+t.Name+` WHERE 1 = 0`)
+		switch {
+		case err == nil:
+		case e.d.Missing != nil && e.d.Missing(err):
+			missing = append(missing, t.Name)
+		case e.d.Denied != nil && e.d.Denied(err):
+			denied = append(denied, t.Name)
+			causes = append(causes, err)
+		case e.classify(err) != Other:
+			return nil, err // unavailable, or ctx done: nothing is known
+		default:
+			foreign = append(foreign, t.Name)
+			causes = append(causes, err)
+		}
+	}
+	switch {
+	case len(foreign) > 0:
+		return nil, errorf(dlock.ErrForeignData, "%s exist%s but %s not a dlock table (%w); nothing was created or changed: use another table name (the Table option, ?table=)",
+			tableList(foreign), verbS(foreign), isAre(foreign), errors.Join(causes...))
+	case len(denied) > 0:
+		return nil, e.denied(denied, "SELECT", errors.Join(causes...))
+	}
+	return missing, nil
+}
+
+// checkPrivileges checks that the user may run every kind of statement
+// the backend runs on each table: a statement of that kind that matches
+// no row (WHERE 1 = 0), which the database checks the privileges of and
+// which changes nothing, fires no row trigger and locks no row. Dialects
+// without Denied (SQLite) have no privileges to check.
+func (e *Engine) checkPrivileges(ctx context.Context, table string) error {
+	if e.d.Denied == nil {
+		return nil
+	}
+	for _, t := range Tables(e.d, table) {
+		for _, p := range t.Privileges {
+			var q string
+			switch p {
+			case "INSERT":
+				cols := cmp.Or(t.InsertColumns, t.Columns)
+				q = `INSERT INTO ` + t.Name + ` (` + cols + `) SELECT ` + cols + ` FROM ` + t.Name + ` WHERE 1 = 0`
+			case "UPDATE":
+				col, _, _ := strings.Cut(cmp.Or(t.InsertColumns, t.Columns), ",")
+				q = `UPDATE ` + t.Name + ` SET ` + col + ` = ` + col + ` WHERE 1 = 0`
+			case "DELETE":
+				q = `DELETE FROM ` + t.Name + ` WHERE 1 = 0`
+			}
+			err := e.retry(ctx, func(ctx context.Context) error {
+				_, err := e.db.ExecContext(ctx, q)
+				return err
+			})
+			switch {
+			case err == nil:
+			case e.d.Denied(err):
+				return e.denied([]string{t.Name}, p, err)
+			default:
+				return fmt.Errorf("checking %s on table %s: %w", p, t.Name, e.wrap(err))
+			}
+		}
+	}
+	return nil
+}
+
+// denied is the error of a privilege missing on tables: it says so, and
+// what the user needs.
+func (e *Engine) denied(tables []string, priv string, err error) error {
+	return errorf(dlock.ErrBackendUnavailable, "permission denied: the database user may not %s %s (%w); an application user needs %s (see the package doc, \"Privileges\")",
+		priv, tableList(tables), err, e.grantList())
+}
+
+// grantList says which privileges an application user needs on which table.
+func (e *Engine) grantList() string {
+	var b strings.Builder
+	for i, t := range Tables(e.d, e.table) {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(strings.Join(append([]string{"SELECT"}, t.Privileges...), ", "))
+		b.WriteString(" on ")
+		b.WriteString(t.Name)
+	}
+	return b.String()
+}
+
+func tableList(ts []string) string {
+	if len(ts) == 1 {
+		return "table " + ts[0]
+	}
+	return "tables " + strings.Join(ts[:len(ts)-1], ", ") + " and " + ts[len(ts)-1]
+}
+
+func pronoun(ts []string) string {
+	if len(ts) == 1 {
+		return "it"
+	}
+	return "them"
+}
+
+func verbS(ts []string) string {
+	if len(ts) == 1 {
+		return "s"
+	}
+	return ""
+}
+
+func isAre(ts []string) string {
+	if len(ts) == 1 {
+		return "is"
+	}
+	return "are"
 }
 
 func (e *Engine) checkQueries(ctx context.Context, qs ...string) error {
@@ -99,7 +252,8 @@ func FenceTable(table string) string { return table + "_fence" }
 // fenceInit returns the statement that adds the fence rows that are
 // missing, each with the largest token in the lease table: a table from
 // a version of dlock that kept every row gets marks that no token of
-// its rows exceeds, so tokens do not go back after the upgrade.
+// its rows exceeds, so tokens do not go back after the upgrade. The marks
+// start at least at the dialect's FenceFloor.
 func fenceInit(d Dialect, table string) string {
 	var b strings.Builder
 	for i := range max(d.Buckets, 1) {
@@ -108,58 +262,67 @@ func fenceInit(d Dialect, table string) string {
 		}
 		fmt.Fprintf(&b, "SELECT %d AS b", i)
 	}
+	floor := "0"
+	if d.FenceFloor != nil {
+		floor = strconv.FormatInt(d.FenceFloor(), 10)
+	}
 	ins, tail := d.InsertIgnore, ""
 	if ins == "" {
 		ins, tail = "INSERT INTO", " ON CONFLICT DO NOTHING"
 	}
 	return Bind(d, table)(ins + ` {F} (bucket, mark)
 SELECT k.b, m.m FROM (` + b.String() + `) k,
-	(SELECT COALESCE(MAX(l.token), 0) AS m FROM {L} l WHERE {OK}) m` + tail)
+	(SELECT ` + d.Max + `(COALESCE(MAX(l.token), 0), ` + floor + `) AS m FROM {L} l WHERE {OK}) m` + tail)
 }
 
 // Migrate creates the lease table, the waiters table and the fence table
-// (with its triggers) of the named lease table (DefaultTable if empty) in
-// db if they do not exist, fills in missing fence rows, and checks
-// that an existing lease table has the expected columns (before it puts
-// the fence's triggers on it). It is safe to run from several processes at
-// once: the tables, then the fence, are created in writing transactions
-// that the others wait for, each statement idempotent. Busy errors are
-// retried until ctx is done.
+// (with its triggers), and the dialect's own tables, of the named lease
+// table (DefaultTable if empty) in db if they do not exist, fills in
+// missing fence rows, and checks the tables as [Check] does. Before it
+// creates or changes anything it checks every table that exists: if one
+// is not dlock's, it reports each such table (matching
+// [dlock.ErrForeignData]) and changes nothing, so no trigger is put on
+// another program's table. The statements run in one transaction, which
+// PostgreSQL and SQLite undo on failure; MySQL commits each CREATE, and a
+// failure between them leaves the tables created so far (empty), which a
+// later Migrate completes. It is safe to run from several processes at
+// once: each statement is idempotent, and the transaction serializes them
+// (PostgreSQL's takes an advisory lock). Busy errors are retried until
+// ctx is done.
 func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	e, table, err := schemaEngine(db, d, table)
 	if err != nil {
 		return err
 	}
-	run := func(stmts []string) error {
-		return e.write(ctx, func(ctx context.Context) error {
-			return e.tx(ctx, func(c *sql.Conn) error {
-				for _, q := range stmts {
-					if _, err := c.ExecContext(ctx, q); err != nil {
-						return err
-					}
+	if _, err := e.survey(ctx, table); err != nil {
+		return err
+	}
+	stmts := append(d.Schema(table, WaitersTable(table)), d.Reclaim(table, WaitersTable(table), FenceTable(table))...)
+	stmts = append(stmts, fenceInit(d, table))
+	err = e.write(ctx, func(ctx context.Context) error {
+		return e.tx(ctx, func(c *sql.Conn) error {
+			for _, q := range stmts {
+				if _, err := c.ExecContext(ctx, q); err != nil {
+					return err
 				}
-				return nil
-			})
+			}
+			return nil
 		})
+	})
+	if err != nil {
+		if d.Denied != nil && d.Denied(err) {
+			return fmt.Errorf("permission denied: create the tables %s, %s and %s and their triggers: %w; run `dlock migrate` or Migrate as a user that may, and open with NoMigrate (migrate=false)",
+				table, WaitersTable(table), FenceTable(table), e.wrap(err))
+		}
+		return fmt.Errorf("create the tables %s, %s and %s: %w", table, WaitersTable(table), FenceTable(table), e.wrap(err))
 	}
-	if err := run(d.Schema(table, WaitersTable(table))); err != nil {
-		return fmt.Errorf("create the tables %s and %s: %w", table, WaitersTable(table), e.wrap(err))
+	// What another process may have created meanwhile is checked again.
+	missing, err := e.survey(ctx, table)
+	if err != nil {
+		return err
 	}
-	// A table of that name that is not ours is reported here, before the
-	// fence's triggers are put on it, rather than by the first acquisition.
-	if err := e.checkQueries(ctx, leaseCheck(table)); err != nil {
-		return fmt.Errorf("table %s exists but is not a dlock table (%w)", table, err)
+	if len(missing) > 0 {
+		return fmt.Errorf("%s missing after they were created", tableList(missing))
 	}
-	// The schema's statements again first: they are idempotent, and they
-	// serialize concurrent migrations (PostgreSQL's take an advisory lock
-	// for the transaction) that would otherwise race on the triggers.
-	fence := append(d.Schema(table, WaitersTable(table)), d.Reclaim(table, WaitersTable(table), FenceTable(table))...)
-	fence = append(fence, fenceInit(d, table))
-	if err := run(fence); err != nil {
-		return fmt.Errorf("create the fence table %s: %w", FenceTable(table), e.wrap(err))
-	}
-	if err := e.check(ctx, table); err != nil {
-		return fmt.Errorf("table %s exists but is not a dlock table (%w)", table, err)
-	}
-	return nil
+	return e.checkPrivileges(ctx, table)
 }
