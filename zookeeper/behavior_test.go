@@ -621,7 +621,7 @@ func TestInspectWaiters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := dlock.LockInfo{Name: name, Owner: "job-42", Token: outer.Token(), Count: 2, Waiters: 2}
+	want := dlock.LockInfo{Name: name, Owner: "job-42", Token: outer.Token(), Count: 2, Kind: dlock.KindMutex, Limit: 1, Weight: 1, Waiters: 2}
 	if len(infos) != 1 || infos[0] != want {
 		t.Errorf("Inspect = %+v, want [%+v]", infos, want)
 	}

@@ -78,4 +78,69 @@
 // with a conditional setData, withdraws its own child and gets the
 // holder's token. A renewal reads the child's stat: it must exist, have
 // the hold's czxid and belong to the current session.
+//
+// # Semaphores and read-write locks
+//
+// The backend grants every [dlock.Kind] ([Backend.CanGrant] says yes to
+// all, up to [dlock.MaxLimit]) over the same queue: a request of a
+// semaphore, a read-write lock or an election is an EPHEMERAL_SEQUENTIAL
+// child whose data adds its kind, limit and weight (and an election's
+// value) to the owner and count, {"owner","count","kind","limit","weight"}.
+// A mutex's request is exactly as above and never reaches this code.
+//
+// The grant rule is strict FIFO, as golang.org/x/sync's semaphore.Weighted:
+// a child is granted when the sum of the weights of every child up to and
+// including it is at most the limit. Weights are positive, so the holders
+// are always a prefix of the sequence order, a waiting writer keeps every
+// later reader out, and a child once granted stays granted (nothing is
+// ever queued ahead of it; weights only go down). A request reads the
+// children ahead of its node (in parallel, and once: what it read stays
+// true or errs on the side of waiting) and decides alone, in one listing;
+// no write is needed to grant. The kind and limit are the head child's: a
+// request that disagrees with the head gets a [dlock.ConflictError] and
+// its child is deleted before the call returns (a disagreeing child that
+// is still on its way out counts as the whole limit for those behind it,
+// so it can only delay them). A child whose data dlock did not write, or
+// whose shape is impossible (a weight above its limit, a count below 1),
+// fails the acquisition with [dlock.ErrForeignData]. Re-entry by the
+// owner of a holder raises that holder's count with a conditional write
+// and keeps its token; asking more weight than it holds is
+// [dlock.ErrUpgrade]. The token is the child's czxid: zxids increase
+// across every kind, so a writer's token is above every earlier grant's.
+//
+// Watching only the predecessor no longer suffices above a limit of 1: a
+// waiter may be let in by the release of any holder ahead, while its
+// predecessor waits on. Watching the first child or the container would
+// wake every waiter at every change (a herd). Instead each waiter watches
+// one thing that must change before it can be granted:
+//
+//   - a waiter whose nearest child ahead waits too cannot be granted before
+//     that child: it watches that child alone (its deletion, or a write of
+//     its data). A waiter that is granted with children behind it rewrites
+//     its own data once (same bytes, at version 0), which wakes the next
+//     waiter; so every waiter that now fits is woken in turn, and only
+//     those;
+//   - the first waiter (every child ahead holds) watches the fewest holders,
+//     heaviest first, whose weight alone keeps it out — one for a writer, the
+//     writer for a reader — so it is woken when one of them is released,
+//     expires with its session, or is downgraded, and by nothing else.
+//
+// A waiter that gives up deletes its child, which wakes the waiter behind
+// it. Downgrade rewrites the hold's data with the lower weight, conditional
+// on the version it read (no other writer can come in between: the hold
+// never leaves the prefix); the first waiter's watch on it fires.
+// Renewal, release, loss and clean-up are the mutex's, per child; the
+// container is deleted by the servers once its last child is gone, so
+// nothing is left of a name after its last permit is released.
+//
+// # Elections and watching
+//
+// An election is the queue with a limit of 1 whose children carry the
+// candidates' values; [Backend.Proclaim] rewrites the leader's child with
+// a version check. [Backend.Watch] follows a name with ZooKeeper's own
+// watches: a children watch on the container (grants by creation,
+// releases, expired sessions) and a data watch on each child (values,
+// counts, downgrades, and the write of a waiter granted by a release),
+// set again before each Wait returns; [Backend.Inspect] lists one row per
+// holder with its kind, limit, weight and value.
 package zookeeper

@@ -18,6 +18,9 @@ func (b *Backend) holdOf(ctx context.Context, h dlock.Hold) (*hold, error) {
 	if hd, ok := h.Handle.(*hold); ok && hd != nil {
 		return hd, nil
 	}
+	if h.Kind != dlock.KindMutex {
+		return b.weightedHoldOf(ctx, h)
+	}
 	parent := b.lockPath(h.Name)
 	kids, err := b.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -283,7 +286,8 @@ func (b *Backend) releaseNode(ctx context.Context, h *hold) error {
 		if d.Count <= 1 {
 			err = b.del(ctx, h.path, r.stat.Version)
 		} else {
-			_, err = b.set(ctx, h.path, encodeData(d.Owner, d.Count-1), r.stat.Version)
+			d.Count--
+			_, err = b.set(ctx, h.path, d.encode(), r.stat.Version)
 		}
 		switch {
 		case err == nil:

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -40,13 +41,13 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 		limit <- struct{}{}
 		go func() {
 			defer func() { <-limit; wg.Done() }()
-			info, ok, err := b.inspectOne(ctx, name, b.cfg.root+"/"+k)
+			infos, err := b.inspectOne(ctx, name, b.cfg.root+"/"+k)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, err)
-			} else if ok {
-				out = append(out, info)
+			} else {
+				out = append(out, infos...)
 			}
 		}()
 	}
@@ -54,35 +55,46 @@ func (b *Backend) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo,
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	slices.SortFunc(out, func(a, b dlock.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b dlock.LockInfo) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Token, b.Token)
+	})
 	return out, nil
 }
 
-func (b *Backend) inspectOne(ctx context.Context, name, parent string) (dlock.LockInfo, bool, error) {
+// inspectOne reads the holders of one lock: the head of its queue for a
+// mutex, the granted prefix for the other kinds (see inspectWeighted).
+func (b *Backend) inspectOne(ctx context.Context, name, parent string) ([]dlock.LockInfo, error) {
 	for range 8 {
 		kids, err := b.children(ctx, parent)
 		if errors.Is(err, zk.ErrNoNode) {
-			return dlock.LockInfo{}, false, nil
+			return nil, nil
 		}
 		if err != nil {
-			return dlock.LockInfo{}, false, b.unavailable("list "+parent, err)
+			return nil, b.unavailable("list "+parent, err)
 		}
 		q := queue(kids)
 		if len(q) == 0 {
-			return dlock.LockInfo{}, false, nil
+			return nil, nil
 		}
 		r, err := b.get(ctx, parent+"/"+q[0].name, false)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // released meanwhile: look again
 		}
 		if err != nil {
-			return dlock.LockInfo{}, false, b.unavailable("read "+parent, err)
+			return nil, b.unavailable("read "+parent, err)
 		}
 		d, bad := parseData(r.data, r.stat)
+		if bad == "" && d.Kind != dlock.KindMutex {
+			return b.inspectWeighted(ctx, name, parent, q)
+		}
 		if bad != "" {
 			bad = "node " + parent + "/" + q[0].name + ": " + bad
 		}
-		return dlock.LockInfo{Name: name, Owner: d.Owner, Token: uint64(r.stat.Czxid), Count: d.Count, Waiters: len(q) - 1, Bad: bad}, true, nil
+		return []dlock.LockInfo{{Name: name, Owner: d.Owner, Token: uint64(r.stat.Czxid), Count: d.Count,
+			Kind: dlock.KindMutex, Limit: 1, Weight: 1, Waiters: len(q) - 1, Bad: bad}}, nil
 	}
-	return dlock.LockInfo{}, false, nil
+	return nil, nil
 }

@@ -51,6 +51,9 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	if err := b.checkTTL(req.TTL); err != nil {
 		return dlock.Grant{}, nil, err
 	}
+	if req.Kind != dlock.KindMutex {
+		return b.acquireWeighted(ctx, req)
+	}
 	start := time.Now()
 	w := &waiter{b: b, req: req, parent: b.lockPath(req.Name)}
 	g, err := w.decideBounded(ctx, start, true)
@@ -176,6 +179,9 @@ func (w *waiter) decide(ctx context.Context, start time.Time, first bool) (dlock
 		d, bad := parseData(holder.data, holder.stat)
 		if bad != "" {
 			return dlock.Grant{}, w.b.foreign(holder.path, bad)
+		}
+		if d.Kind != dlock.KindMutex {
+			return dlock.Grant{}, conflict(d, w.req) // a semaphore's, say
 		}
 		if d.Owner == w.req.Owner {
 			g, err := w.reenter(ctx, holder.path, holder.stat, d, start)

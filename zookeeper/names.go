@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-dev/dlock"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -92,6 +93,12 @@ func childSeq(name string) int64 {
 type nodeData struct {
 	Owner string `json:"owner"`
 	Count int    `json:"count"`
+	// The shape of a request of a weighted kind or an election (see
+	// weighted.go); absent from a mutex's node.
+	Kind   dlock.Kind `json:"kind,omitempty"`
+	Limit  int        `json:"limit,omitempty"`
+	Weight int        `json:"weight,omitempty"`
+	Value  string     `json:"value,omitempty"`
 }
 
 // encodeData writes a lock child's data. An owner of plain characters

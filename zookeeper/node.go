@@ -30,7 +30,7 @@ func (w *waiter) create(ctx context.Context) error {
 	b := w.b
 	guid := randHex(guidLen / 2)
 	prefix := w.parent + "/" + protectedPrefix + guid + lockMarker
-	data := encodeData(w.req.Owner, 1)
+	data := nodeBytes(w.req)
 	var last error
 	for range 8 {
 		res, err := callLate(b, ctx, func() ([]zk.MultiResponse, error) {
