@@ -25,10 +25,10 @@ const verifyWorkerEnv = "DLOCK_VERIFY_WORKER"
 func init() {
 	commands = append(commands, &command{
 		name:     "verify",
-		synopsis: "dlock verify (--url URL | --local KIND) --out DIR [--workers N] [--duration D] [--ttl D] [--faults LIST] [--seed S] [--fair] [--mode M] [--mutate M]",
+		synopsis: "dlock verify (--url URL | --local KIND) --out DIR [--kind K [--limit N]] [--workers N] [--duration D] [--ttl D] [--faults LIST] [--seed S] [--fair] [--mode M] [--mutate M]",
 		usage:    verifyUsage,
 		flags:    verifyFlagSet,
-		order:    []string{"url URL", "connect-timeout D", "local KIND", "out DIR", "workers N", "duration D", "ttl D", "faults LIST", "seed S", "fair", "mode M", "skew R", "mutate M", "name NAME", "matrix", "table FILE", "parallel N"},
+		order:    []string{"url URL", "connect-timeout D", "local KIND", "out DIR", "kind K", "limit N", "workers N", "duration D", "ttl D", "faults LIST", "seed S", "fair", "mode M", "skew R", "mutate M", "name NAME", "matrix", "table FILE", "parallel N"},
 		run:      runVerify,
 	})
 }
@@ -49,6 +49,23 @@ is checked for:
 and the report gives raw overlaps (two workers that believed they held the
 lock at once), lost updates, and the time from a holder's kill to the next
 grant.
+
+Kinds (--kind): the workers use the name as
+  mutex       Mutex.Lock (the default), as above
+  semaphore   Semaphore(name, --limit N).Acquire: (a) becomes "never more
+              than N valid permits at once". Permits do no fenced write: up
+              to N of them may write at once and one token cannot tell them
+              apart, so (c) has nothing to check (use a mutex for that)
+  rw          RWMutex: one grant in four (drawn from --seed) a writer's
+              Lock, doing the fenced increment; the others RLock and do a
+              fenced read, refused below a later writer's token. (a) becomes
+              "no reader valid beside a writer, no two writers"
+  election    Election.Campaign; the leader does the fenced increment and
+              resigns. (a) one leader at a time; (b) also: terms increase
+              in the order leaders were elected
+The checks count validity as for the mutex: a grant ends at its release,
+its loss or its Deadline. A backend that does not grant the kind is
+refused before the run starts (exit 2).
 
 Faults (--faults, comma-separated; each lands on the worker that just read
 the resource, i.e. inside its critical section, every 1-2 TTL, the kinds in
@@ -126,6 +143,8 @@ type verifyOpts struct {
 	mode, local, table             string
 	matrix                         bool
 	parallel                       int
+	kind                           string
+	limit                          int
 }
 
 func verifyFlagSet(fs *flag.FlagSet) any {
@@ -140,6 +159,8 @@ func verifyFlagSet(fs *flag.FlagSet) any {
 	fs.BoolVar(&o.fair, "fair", false, "workers lock with dlock.Fair()")
 	fs.StringVar(&o.mutate, "mutate", "", "fence-off, validity-off or broken-lock: a run that must fail")
 	fs.StringVar(&o.name, "name", "dlock-verify", "the lock's name")
+	fs.StringVar(&o.kind, "kind", verify.KindMutex, "what the workers use the name as: "+strings.Join(verify.Kinds, ", "))
+	fs.IntVar(&o.limit, "limit", 0, "with --kind semaphore: its limit (fewer than --workers)")
 	fs.Float64Var(&o.skew, "skew", -0.005, "the clock skew of the skew fault: -0.005 runs 0.5% slow")
 	fs.StringVar(&o.local, "local", "", "run the store here instead of --url: "+strings.Join(verify.LocalKinds, ", ")+"\n(servers on free loopback ports, as the tests start them)")
 	fs.BoolVar(&o.matrix, "matrix", false, "run every --local kind (a list, or all) × every --faults fault (or all),\neach fenced and unfenced, and write --table")
@@ -153,6 +174,9 @@ func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 	o := opts.(*verifyOpts)
 	c := lookup("verify")
 	if o.matrix {
+		if o.kind != verify.KindMutex || o.limit != 0 {
+			return usageError(e, c, "--matrix runs the mutex; run --kind %s without --matrix", o.kind)
+		}
 		return runMatrix(ctx, e, o)
 	}
 	if o.local != "" && o.url != "" {
@@ -174,8 +198,8 @@ func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 	cfg.Command = workerCommand(self)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(e.stderr, "dlock verify: %s, %d workers, %v, ttl %v, faults %s, seed %d\n",
-		url, cfg.Workers, cfg.Duration, cfg.TTL, o.faults, cfg.Seed)
+	fmt.Fprintf(e.stderr, "dlock verify: %s, %s, %d workers, %v, ttl %v, faults %s, seed %d\n",
+		url, describeKind(cfg), cfg.Workers, cfg.Duration, cfg.TTL, o.faults, cfg.Seed)
 	rep, err := verify.Run(ctx, cfg)
 	if err != nil {
 		e.errorf("verify: %v", err)
@@ -231,7 +255,7 @@ func (o *verifyOpts) config(e *env, url string, local *verify.Local) verify.Conf
 	cfg := verify.Config{
 		URL: url, Name: o.name, Workers: o.workers, Fair: o.fair, Seed: o.seed, Skew: o.skew,
 		Out: o.out, Mutate: o.mutate, Duration: 30 * time.Second, TTL: time.Second,
-		Progress: e.stderr, Local: local,
+		Progress: e.stderr, Local: local, Kind: o.kind, Limit: o.limit,
 	}
 	if o.duration.set {
 		cfg.Duration = o.duration.d
@@ -249,6 +273,14 @@ func (o *verifyOpts) config(e *env, url string, local *verify.Local) verify.Conf
 }
 
 var errUsage = errors.New("usage")
+
+// describeKind is the run's kind as the first line shows it.
+func describeKind(cfg verify.Config) string {
+	if cfg.Kind == verify.KindSemaphore {
+		return fmt.Sprintf("semaphore of %d", cfg.Limit)
+	}
+	return cfg.Kind
+}
 
 // verifyWorker runs this process as a worker of dlock verify when the
 // environment says so; ok is false otherwise.
