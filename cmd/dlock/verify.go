@@ -129,8 +129,12 @@ with the fence off, and writes the table with the command, the date and
 the server versions. Its exit status is 1 if any cell failed.
 
 Exit status: 0 when no property was violated, 1 when one was (see
-DIR/report.md), 2 for bad flags, 5 when the store cannot be reached.
-Ctrl-C stops every worker and writes the report of what ran.
+DIR/report.md), 2 for bad flags or a store that does not grant --kind, 5
+when the store cannot be reached.
+Ctrl-C stops every worker and writes the report of what ran. The progress
+line (every second) counts only violations the final check will count too;
+those it cannot confirm yet (a worker that has not recorded its release,
+a fault still under way) it gives as "more to confirm at the end".
 `
 
 type verifyOpts struct {
@@ -276,7 +280,7 @@ var errUsage = errors.New("usage")
 
 // describeKind is the run's kind as the first line shows it.
 func describeKind(cfg verify.Config) string {
-	if cfg.Kind == verify.KindSemaphore {
+	if cfg.Kind == verify.KindSemaphore && cfg.Limit > 0 {
 		return fmt.Sprintf("semaphore of %d", cfg.Limit)
 	}
 	return cfg.Kind
