@@ -26,10 +26,10 @@ const verifyWorkerEnv = "DLOCK_VERIFY_WORKER"
 func init() {
 	commands = append(commands, &command{
 		name:     "verify",
-		synopsis: "dlock verify (--url URL | --local KIND) --out DIR [--workers N] [--duration D] [--ttl D] [--faults LIST] [--seed S] [--fair] [--mode M] [--mutate M]",
+		synopsis: "dlock verify (--url URL | --local KIND) --out DIR [--kind K [--limit N]] [--workers N] [--duration D] [--ttl D] [--faults LIST] [--seed S] [--fair] [--mode M] [--mutate M]",
 		usage:    verifyUsage,
 		flags:    verifyFlagSet,
-		order:    []string{"url URL", "connect-timeout D", "local KIND", "out DIR", "workers N", "duration D", "ttl D", "faults LIST", "seed S", "fair", "mode M", "skew R", "mutate M", "name NAME", "matrix", "table FILE", "parallel N"},
+		order:    []string{"url URL", "connect-timeout D", "local KIND", "out DIR", "kind K", "limit N", "workers N", "duration D", "ttl D", "faults LIST", "seed S", "fair", "mode M", "skew R", "mutate M", "name NAME", "matrix", "table FILE", "parallel N"},
 		run:      runVerify,
 	})
 }
@@ -50,6 +50,23 @@ is checked for:
 and the report gives raw overlaps (two workers that believed they held the
 lock at once), lost updates, and the time from a holder's kill to the next
 grant.
+
+Kinds (--kind): the workers use the name as
+  mutex       Mutex.Lock (the default), as above
+  semaphore   Semaphore(name, --limit N).Acquire: (a) becomes "never more
+              than N valid permits at once". Permits do no fenced write: up
+              to N of them may write at once and one token cannot tell them
+              apart, so (c) has nothing to check (use a mutex for that)
+  rw          RWMutex: one grant in four (drawn from --seed) a writer's
+              Lock, doing the fenced increment; the others RLock and do a
+              fenced read, refused below a later writer's token. (a) becomes
+              "no reader valid beside a writer, no two writers"
+  election    Election.Campaign; the leader does the fenced increment and
+              resigns. (a) one leader at a time; (b) also: terms increase
+              in the order leaders were elected
+The checks count validity as for the mutex: a grant ends at its release,
+its loss or its Deadline. A backend that does not grant the kind is
+refused before the run starts (exit 2).
 
 Faults (--faults, comma-separated; each lands on the worker that just read
 the resource, i.e. inside its critical section, every 1-2 TTL, the kinds in
@@ -113,8 +130,12 @@ with the fence off, and writes the table with the command, the date and
 the server versions. Its exit status is 1 if any cell failed.
 
 Exit status: 0 when no property was violated, 1 when one was (see
-DIR/report.md), 2 for bad flags, 5 when the store cannot be reached.
-Ctrl-C stops every worker and writes the report of what ran.
+DIR/report.md), 2 for bad flags or a store that does not grant --kind, 5
+when the store cannot be reached.
+Ctrl-C stops every worker and writes the report of what ran. The progress
+line (every second) counts only violations the final check will count too;
+those it cannot confirm yet (a worker that has not recorded its release,
+a fault still under way) it gives as "more to confirm at the end".
 `
 
 type verifyOpts struct {
@@ -127,6 +148,8 @@ type verifyOpts struct {
 	mode, local, table             string
 	matrix                         bool
 	parallel                       int
+	kind                           string
+	limit                          int
 }
 
 func verifyFlagSet(fs *flag.FlagSet) any {
@@ -141,6 +164,8 @@ func verifyFlagSet(fs *flag.FlagSet) any {
 	fs.BoolVar(&o.fair, "fair", false, "workers lock with dlock.Fair()")
 	fs.StringVar(&o.mutate, "mutate", "", "fence-off, validity-off or broken-lock: a run that must fail")
 	fs.StringVar(&o.name, "name", "dlock-verify", "the lock's name")
+	fs.StringVar(&o.kind, "kind", verify.KindMutex, "what the workers use the name as: "+strings.Join(verify.Kinds, ", "))
+	fs.IntVar(&o.limit, "limit", 0, "with --kind semaphore: its limit (fewer than --workers)")
 	fs.Float64Var(&o.skew, "skew", -0.005, "the clock skew of the skew fault: -0.005 runs 0.5% slow")
 	fs.StringVar(&o.local, "local", "", "run the store here instead of --url: "+strings.Join(verify.LocalKinds, ", ")+"\n(servers on free loopback ports, as the tests start them)")
 	fs.BoolVar(&o.matrix, "matrix", false, "run every --local kind (a list, or all) × every --faults fault (or all),\neach fenced and unfenced, and write --table")
@@ -154,6 +179,9 @@ func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 	o := opts.(*verifyOpts)
 	c := lookup("verify")
 	if o.matrix {
+		if o.kind != verify.KindMutex || o.limit != 0 {
+			return usageError(e, c, "--matrix runs the mutex; run --kind %s without --matrix", o.kind)
+		}
 		return runMatrix(ctx, e, o)
 	}
 	if o.local != "" && o.url != "" {
@@ -175,8 +203,8 @@ func runVerify(ctx context.Context, e *env, opts any, args []string) int {
 	cfg.Command = workerCommand(self)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(e.stderr, "dlock verify: %s, %d workers, %v, ttl %v, faults %s, seed %d\n",
-		redact.String(url), cfg.Workers, cfg.Duration, cfg.TTL, o.faults, cfg.Seed)
+	fmt.Fprintf(e.stderr, "dlock verify: %s, %s, %d workers, %v, ttl %v, faults %s, seed %d\n",
+		redact.String(url), describeKind(cfg), cfg.Workers, cfg.Duration, cfg.TTL, o.faults, cfg.Seed)
 	rep, err := verify.Run(ctx, cfg)
 	if err != nil {
 		e.errorf("verify: %v", err)
@@ -232,7 +260,7 @@ func (o *verifyOpts) config(e *env, url string, local *verify.Local) verify.Conf
 	cfg := verify.Config{
 		URL: url, Name: o.name, Workers: o.workers, Fair: o.fair, Seed: o.seed, Skew: o.skew,
 		Out: o.out, Mutate: o.mutate, Duration: 30 * time.Second, TTL: time.Second,
-		Progress: e.stderr, Local: local,
+		Progress: e.stderr, Local: local, Kind: o.kind, Limit: o.limit,
 	}
 	if o.duration.set {
 		cfg.Duration = o.duration.d
@@ -250,6 +278,14 @@ func (o *verifyOpts) config(e *env, url string, local *verify.Local) verify.Conf
 }
 
 var errUsage = errors.New("usage")
+
+// describeKind is the run's kind as the first line shows it.
+func describeKind(cfg verify.Config) string {
+	if cfg.Kind == verify.KindSemaphore && cfg.Limit > 0 {
+		return fmt.Sprintf("semaphore of %d", cfg.Limit)
+	}
+	return cfg.Kind
+}
 
 // verifyWorker runs this process as a worker of dlock verify when the
 // environment says so; ok is false otherwise.

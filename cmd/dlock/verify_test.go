@@ -231,3 +231,54 @@ func TestVerifyMatrix(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyKindsBrokenLock: for each kind, workers that each have a store
+// of their own (the broken-lock mutation) break its invariant, and the run
+// says so: the per-kind checks can fail on a real run.
+func TestVerifyKindsBrokenLock(t *testing.T) {
+	for _, kind := range [][]string{{"semaphore", "--limit", "2"}, {"rw"}, {"election"}} {
+		t.Run(kind[0], func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			args := append([]string{"verify", "--url", sqliteURL(t), "--out", out, "--duration", "3s", "--ttl", "300ms",
+				"--seed", "3", "--faults", "pause", "--mutate", "broken-lock", "--kind"}, kind...)
+			r := runDlock(t, nil, args...)
+			if r.code != exitFailure {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, exitFailure, r.stdout, r.stderr)
+			}
+			res := readVerifyResult(t, out)
+			if res.Pass || res.Violations["a"] == 0 || res.Porcupine != "Illegal" {
+				t.Fatalf("result %+v: want (a) violations", res)
+			}
+		})
+	}
+}
+
+// TestVerifyKindRefused: a backend that does not grant the kind is refused
+// before any worker starts, with exit 2 and the backend's reason. Redlock
+// refuses read-write locks for good (majority quorums cannot bound a count
+// above 1).
+func TestVerifyKindRefused(t *testing.T) {
+	testserver.Require(t, testserver.KindRedis)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runDlock(t, nil, "verify", "--local", "redlock", "--kind", "rw", "--out", out, "--duration", "3s")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--kind rw") || !strings.Contains(r.stderr, "cannot grant a read-write lock") {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, exitUsage, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "history", "worker-0.jsonl")); err == nil {
+		t.Error("a worker ran")
+	}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--kind", "semaphore"}, "needs --limit"},
+		{[]string{"--kind", "semaphore", "--limit", "4"}, "never run out"},
+		{[]string{"--kind", "rw", "--limit", "2"}, "--limit is for --kind semaphore"},
+		{[]string{"--kind", "queue"}, "unknown kind"},
+	} {
+		r := runDlock(t, nil, append([]string{"verify", "--url", sqliteURL(t), "--out", filepath.Join(t.TempDir(), "o")}, tc.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("%v: exit %d, want %d; stderr %q should say %q", tc.args, r.code, exitUsage, r.stderr, tc.msg)
+		}
+	}
+}

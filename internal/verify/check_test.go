@@ -229,7 +229,7 @@ func TestPorcupineAgrees(t *testing.T) {
 		h    *hist
 		want string
 	}{{"clean", clean, "Ok"}, {"overlap", overlap, "Illegal"}, {"order", order, "Illegal"}} {
-		got, err := Porcupine(Check(tc.h.History).Grants, 10*time.Second, "")
+		got, err := Porcupine(Check(tc.h.History).Grants, 1, 10*time.Second, "")
 		if err != nil || got != tc.want {
 			t.Errorf("%s: porcupine %q, %v; want %q", tc.name, got, err, tc.want)
 		}

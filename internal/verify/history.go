@@ -3,11 +3,16 @@
 //
 //   - (a) promise: no grant starts inside another grant's validity, which
 //     lasts from the moment Lock returned until the earliest of Unlock,
-//     the lease's Deadline and the moment the worker saw it lost;
+//     the lease's Deadline and the moment the worker saw it lost — for a
+//     weighted kind, no grant starts while the weights of the valid grants
+//     and its own exceed the limit (a semaphore: more than N permits; a
+//     read-write lock: a reader beside a writer, or two writers);
 //   - (b) token order: a grant that returned before another was asked for
-//     has the smaller token;
+//     has the smaller token (for an election, also: terms increase in
+//     grant order);
 //   - (c) fence: the resource never accepted a write whose token was lower
-//     than one it had already accepted.
+//     than one it had already accepted (nor a shared read whose token was
+//     lower than an accepted writer's).
 //
 // It also measures what the properties do not forbid but a user wants to
 // know: raw overlap (two workers that believed they held the lock at once),
@@ -62,14 +67,33 @@ type Event struct {
 	Read     int64  `json:"read,omitempty"`     // write: the counter value the worker read
 	Value    int64  `json:"value,omitempty"`    // write: the value it wrote
 	Err      string `json:"err,omitempty"`
+	// Kind, Weight and Limit describe an acquire ok of a kind other than
+	// the mutex: the kind (KindSemaphore, KindRW, KindElection), the
+	// grant's weight (a reader or permit 1, a writer the limit) and the
+	// name's limit. A history without them is a mutex's.
+	Kind   string `json:"kind,omitempty"`
+	Weight int    `json:"weight,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
 }
 
+// Kinds of a run, as --kind names them and events record them.
+const (
+	KindMutex     = "mutex"
+	KindSemaphore = "semaphore"
+	KindRW        = "rw"
+	KindElection  = "election"
+)
+
+// Kinds lists the kinds a run can verify.
+var Kinds = []string{KindMutex, KindSemaphore, KindRW, KindElection}
+
 // Write is one entry of the resource's serial log, in the order the
-// resource applied or refused the requests: a write, or a read (Op "read",
-// which carries the reader's token too, so that the fence sees it).
+// resource applied or refused the requests: a write, a read before it (Op
+// "read", which carries the token too, so that the fence sees it), or a
+// read-write lock's reader's read (Op "shared").
 type Write struct {
 	T        int64  `json:"t"`
-	Op       string `json:"op,omitempty"` // "read", or "" for a write
+	Op       string `json:"op,omitempty"` // "read", "shared", or "" for a write
 	Worker   int    `json:"worker"`
 	Token    uint64 `json:"token"`
 	Read     int64  `json:"read"`  // the counter value the worker read before writing

@@ -40,17 +40,30 @@ func reportMarkdown(rep *Report) string {
 	var b strings.Builder
 	cfg := rep.Config
 	fmt.Fprintf(&b, "# dlock verify\n\n%s\n\n", rep.Summary())
-	fmt.Fprintf(&b, "| setting | value |\n|---|---|\n| url | `%s` |\n| lock | `%s` |\n| workers | %d (%d started) |\n| duration | %v |\n| ttl | %v |\n| fair | %v |\n| faults | %s |\n| seed | %d |\n| mutation | %s |\n| started | %s |\n\n",
-		redact.String(cfg.URL), cfg.Name, cfg.Workers, rep.Workers, cfg.Duration, cfg.TTL, cfg.Fair,
+	fmt.Fprintf(&b, "| setting | value |\n|---|---|\n| url | `%s` |\n| lock | `%s` (%s) |\n| workers | %d (%d started) |\n| duration | %v |\n| ttl | %v |\n| fair | %v |\n| faults | %s |\n| seed | %d |\n| mutation | %s |\n| started | %s |\n\n",
+		redact.String(cfg.URL), cfg.Name, describeKind(res.Kind, res.Limit), cfg.Workers, rep.Workers, cfg.Duration, cfg.TTL, cfg.Fair,
 		orNone(strings.Join(cfg.Faults, ",")), cfg.Seed, orNone(cfg.Mutate), rep.Started.UTC().Format(time.RFC3339))
 	if cfg.Local != nil {
 		fmt.Fprintf(&b, "Servers started by the command (--local %s): %s.\n\n", cfg.Local.Kind, cfg.Local.Version)
 	}
 	writeFaultTable(&b, rep)
 	fmt.Fprintf(&b, "| check | violations | outside assumptions (labelled) |\n|---|---|---|\n")
+	promise := "(a) no grant inside another's validity"
+	switch res.Kind {
+	case KindSemaphore:
+		promise = fmt.Sprintf("(a) never more than %d valid permits at once", res.Limit)
+	case KindRW:
+		promise = "(a) no reader valid beside a writer, no two writers"
+	case KindElection:
+		promise = "(a) one leader at a time"
+	}
+	order := "(b) tokens increase in grant order"
+	if res.Kind == KindElection {
+		order = "(b) terms increase in grant order"
+	}
 	for _, c := range []struct{ id, name string }{
-		{CheckPromise, "(a) no grant inside another's validity"},
-		{CheckOrder, "(b) tokens increase in grant order"},
+		{CheckPromise, promise},
+		{CheckOrder, order},
 		{CheckFence, "(c) the resource accepted no stale token"},
 		{CheckOverlap, "raw overlap (reported, not a failure)"},
 	} {
@@ -63,6 +76,9 @@ func reportMarkdown(rep *Report) string {
 	b.WriteString(".\n")
 	fmt.Fprintf(&b, "\nWrites: %d, accepted %d, refused as stale %d; lost updates %d (%.2f%% of accepted).\n",
 		res.Writes, res.Accepted, res.Writes-res.Accepted, res.LostUpdates, 100*res.LostUpdateRate())
+	if res.Kind == KindSemaphore {
+		fmt.Fprintf(&b, "The permits do no fenced write: up to %d of them are valid at once, and a single token cannot tell them apart (a resource that must see one writer at a time needs a mutex); (c) has nothing to check.\n", res.Limit)
+	}
 	if n := len(res.KillToGrant); n > 0 {
 		fmt.Fprintf(&b, "Kill to next grant over %d kills: p50 %v, p99 %v.\n", n,
 			Percentile(res.KillToGrant, 50).Round(time.Millisecond), Percentile(res.KillToGrant, 99).Round(time.Millisecond))
@@ -118,6 +134,8 @@ func resultJSON(rep *Report) map[string]any {
 	out := map[string]any{
 		"pass":            !res.Failed(),
 		"url":             redact.String(cfg.URL),
+		"kind":            res.Kind,
+		"limit":           res.Limit,
 		"workers":         cfg.Workers,
 		"workers_started": rep.Workers,
 		"duration_s":      cfg.Duration.Seconds(),

@@ -20,10 +20,22 @@ import (
 // every write. It logs every write, in the order it applied or refused
 // them, as JSON lines: the ground truth for check (c).
 //
+// A read-write lock's readers read with SHARED: readers hold the lock
+// together, so a shared read is refused only below the highest token of a
+// writer's (a reader whose lock a later writer took), and it does not
+// raise the bar for other readers; a writer is refused below any token,
+// a reader's included, since a writer's token is above every grant made
+// before it. A semaphore's permits do not use the fence at all: up to N
+// of them are valid at once and a single token cannot tell them apart;
+// they say HOLD, which only lets the fault scheduler find them inside
+// their hold.
+//
 // The protocol is one line per request:
 //
 //	HELLO worker pid   → OK        (who is on this connection)
 //	READ token         → value     (the token is fenced like a write's)
+//	SHARED token       → value | STALE (a reader's read, fenced by writers' tokens)
+//	HOLD               → OK        (a permit holder; not fenced, not logged)
 //	WRITE token read value → OK | STALE
 type Resource struct {
 	ln    net.Listener
@@ -36,7 +48,8 @@ type Resource struct {
 
 	mu       sync.Mutex
 	counter  int64
-	top      uint64
+	top      uint64 // the highest token accepted
+	topX     uint64 // the highest token of a writer's accepted (not a SHARED read)
 	writes   int
 	accepted int
 	conns    map[net.Conn]struct{}
@@ -126,7 +139,16 @@ func (r *Resource) handle(c net.Conn) {
 				reply = "ERR bad read"
 				break
 			}
-			reply = r.read(worker, token)
+			reply = r.read(worker, token, false)
+		case f[0] == "SHARED" && len(f) == 2:
+			token, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				reply = "ERR bad shared read"
+				break
+			}
+			reply = r.read(worker, token, true)
+		case f[0] == "HOLD" && len(f) == 1:
+			reply = "OK"
 		case f[0] == "WRITE" && len(f) == 4:
 			token, err1 := strconv.ParseUint(f[1], 10, 64)
 			read, err2 := strconv.ParseInt(f[2], 10, 64)
@@ -142,19 +164,26 @@ func (r *Resource) handle(c net.Conn) {
 		if _, err := io.WriteString(c, reply+"\n"); err != nil {
 			return
 		}
-		if f[0] == "READ" && reply != "STALE" && r.onRead != nil && worker >= 0 {
+		if (f[0] == "READ" || f[0] == "SHARED" || f[0] == "HOLD") && reply != "STALE" && r.onRead != nil && worker >= 0 {
 			r.onRead(worker, pid)
 		}
 	}
 }
 
-func (r *Resource) read(worker int, token uint64) string {
+func (r *Resource) read(worker int, token uint64, shared bool) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := Write{T: Now(), Op: "read", Worker: worker, Token: token, Value: r.counter}
-	w.Accepted = !r.fence || token >= r.top
+	bar := r.top
+	if shared {
+		w.Op, bar = "shared", r.topX
+	}
+	w.Accepted = !r.fence || token >= bar
 	if w.Accepted {
 		r.top = max(r.top, token)
+		if !shared {
+			r.topX = max(r.topX, token)
+		}
 	}
 	r.logLocked(w)
 	if !w.Accepted {
@@ -179,6 +208,7 @@ func (r *Resource) write(worker int, token uint64, read, value int64) string {
 		r.accepted++
 		r.counter = value
 		r.top = max(r.top, token)
+		r.topX = max(r.topX, token)
 	}
 	r.logLocked(w)
 	if !w.Accepted {

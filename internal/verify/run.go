@@ -63,6 +63,10 @@ type Config struct {
 	// Local is the store the command started (--local), whose servers the
 	// server faults hit; nil for a store of the user's.
 	Local *Local
+	// Kind is what the workers use the name as: KindMutex (the default),
+	// KindSemaphore (with Limit), KindRW or KindElection.
+	Kind  string
+	Limit int // a semaphore's limit
 }
 
 func (c *Config) check() error {
@@ -78,6 +82,9 @@ func (c *Config) check() error {
 		return fmt.Errorf("--ttl %v is below dlock's minimum TTL %v", c.TTL, dlock.MinTTL)
 	case c.Out == "":
 		return errors.New("--out is required")
+	}
+	if err := c.checkKind(); err != nil {
+		return err
 	}
 	for _, f := range c.Faults {
 		if !slices.Contains(allFaults, f) {
@@ -125,6 +132,72 @@ func (c *Config) check() error {
 	return nil
 }
 
+// checkKind checks --kind and --limit.
+func (c *Config) checkKind() error {
+	if c.Kind == "" {
+		c.Kind = KindMutex
+	}
+	switch c.Kind {
+	case KindMutex, KindRW, KindElection:
+		if c.Limit != 0 {
+			return fmt.Errorf("--limit is for --kind %s, not %s", KindSemaphore, c.Kind)
+		}
+	case KindSemaphore:
+		if c.Limit < 1 || c.Limit > dlock.MaxLimit {
+			return fmt.Errorf("--kind %s needs --limit N, 1 to %d (got %d)", KindSemaphore, dlock.MaxLimit, c.Limit)
+		}
+		if c.Limit >= c.Workers {
+			return fmt.Errorf("--limit %d with --workers %d: the permits would never run out and the check could not fail; use more workers than the limit", c.Limit, c.Workers)
+		}
+		if c.Mutate == MutateFenceOff {
+			return fmt.Errorf("--mutate %s: a semaphore's permits do no fenced write (a single token cannot fence %d holders at once)", MutateFenceOff, c.Limit)
+		}
+	default:
+		return fmt.Errorf("--kind: unknown kind %q (known: %s)", c.Kind, strings.Join(Kinds, ", "))
+	}
+	return nil
+}
+
+// libKind is the library's Kind for a run's kind.
+func libKind(kind string) dlock.Kind {
+	switch kind {
+	case KindSemaphore:
+		return dlock.KindSemaphore
+	case KindRW:
+		return dlock.KindRWMutex
+	case KindElection:
+		return dlock.KindElection
+	}
+	return dlock.KindMutex
+}
+
+// canGrant returns an error if c's backend refuses the run's kind: the
+// workers would only collect refusals.
+func (c *Config) canGrant(cl *dlock.Client) error {
+	k := libKind(c.Kind)
+	if k == dlock.KindMutex {
+		return nil
+	}
+	limit := c.Limit
+	switch k {
+	case dlock.KindRWMutex:
+		limit = dlock.RWLimit
+	case dlock.KindElection:
+		limit = 1
+	}
+	g, ok := cl.Backend().(dlock.Granter)
+	var err error
+	if !ok {
+		err = errors.New("it grants mutexes only")
+	} else {
+		err = g.CanGrant(k, limit)
+	}
+	if err != nil {
+		return fmt.Errorf("--kind %s: %s cannot grant a %s: %w", c.Kind, cl, dlock.Shape(k, limit), err)
+	}
+	return nil
+}
+
 // maxVisualized is the most grants drawn in history.html: porcupine's
 // visualizer slows down past a few thousand operations.
 const maxVisualized = 5000
@@ -158,7 +231,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		err = cfg.canGrant(c)
 		c.Close()
+		if err != nil {
+			return nil, err
+		}
 	}
 	hist := filepath.Join(cfg.Out, "history")
 	if err := os.MkdirAll(hist, 0o755); err != nil {
@@ -199,6 +276,7 @@ type runner struct {
 	procs   map[int]*exec.Cmd // live workers by id
 	nextID  int
 	faults  []Fault
+	live    *Fault // a server fault being applied (recorded when it ends), for the progress line
 	armed   string // a fault waiting for the next READ
 	busy    bool   // a fault is in progress
 	stopped bool
@@ -256,7 +334,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	if len(rep.Result.Grants) <= maxVisualized {
 		html = filepath.Join(r.cfg.Out, "history.html")
 	}
-	rep.Porcupine, err = Porcupine(rep.Result.Grants, 30*time.Second, html)
+	rep.Porcupine, err = Porcupine(rep.Result.Grants, rep.Result.Limit, 30*time.Second, html)
 	if err != nil {
 		rep.Porcupine += " (visualization: " + err.Error() + ")"
 	}
@@ -293,7 +371,7 @@ func (r *runner) startWorker(resource string) error {
 		}
 	}
 	wc := WorkerConfig{
-		ID: id, URL: url, Name: r.cfg.Name, TTL: r.cfg.TTL, Fair: r.cfg.Fair,
+		ID: id, URL: url, Name: r.cfg.Name, TTL: r.cfg.TTL, Fair: r.cfg.Fair, Kind: r.cfg.Kind, Limit: r.cfg.Limit,
 		Resource: resource, Hold: max(r.cfg.TTL/50, time.Millisecond), Seed: r.cfg.Seed,
 		Events:     filepath.Join(r.hist, fmt.Sprintf("worker-%d.jsonl", id)),
 		NoValidity: r.cfg.Mutate == MutateValidityOff,
@@ -376,21 +454,30 @@ func (r *runner) schedule(ctx context.Context, res *Resource) {
 }
 
 // progress writes a line with the run's figures so far, checking the
-// history recorded up to now.
+// history recorded up to now. It counts only the violations the final
+// check will count too (see CheckSoFar) and says how many it left for it.
 func (r *runner) progress(res *Resource, elapsed time.Duration) {
 	var h History
 	r.mu.Lock()
 	h.Faults = slices.Clone(r.faults)
+	if r.live != nil {
+		h.Faults = append(h.Faults, *r.live)
+	}
 	n := r.nextID
+	now := Now() // with the faults: a fault recorded later starts after it
 	r.mu.Unlock()
 	for id := 0; id < n; id++ {
 		readFile(filepath.Join(r.hist, fmt.Sprintf("worker-%d.jsonl", id)), h.ReadEvents)
 	}
-	c := Check(h)
+	c, provisional := CheckSoFar(h, now)
 	writes, accepted := res.Counts()
-	fmt.Fprintf(r.cfg.Progress, "verify: %v of %v: %d grants, %d writes (%d refused as stale), %d faults, violations (a) %d (b) %d so far\n",
+	fmt.Fprintf(r.cfg.Progress, "verify: %v of %v: %d grants, %d writes (%d refused as stale), %d faults, violations (a) %d (b) %d so far",
 		elapsed.Round(time.Second), r.cfg.Duration, len(c.Grants), writes, writes-accepted, len(h.Faults),
 		c.Count(CheckPromise), c.Count(CheckOrder))
+	if provisional > 0 {
+		fmt.Fprintf(r.cfg.Progress, " (%d more to confirm at the end)", provisional)
+	}
+	fmt.Fprintln(r.cfg.Progress)
 }
 
 func (r *runner) nextFault() time.Duration {
@@ -441,13 +528,19 @@ func (r *runner) onRead(worker, pid int) {
 		})
 	case FaultServerPause, FaultServerKill, FaultServerCut, FaultFailover:
 		r.inProgress(func() {
+			why := r.cfg.Local.outside[kind]
+			// Shown to the progress line while it lasts: a violation it
+			// causes may be labelled outside the assumptions at the end.
+			r.mu.Lock()
 			t := Now()
+			r.live = &Fault{Kind: kind, Worker: -1, Start: t, End: math.MaxInt64, Outside: why != "", Label: why}
+			r.mu.Unlock()
 			what, err := r.cfg.Local.apply(kind, r.cfg.TTL)
 			f := Fault{Kind: kind, Worker: -1, Start: t, End: Now(), Label: what}
 			if err != nil {
 				f.Label += " (not fully applied: " + err.Error() + ")"
 			}
-			if why := r.cfg.Local.outside[kind]; why != "" {
+			if why != "" {
 				f.Outside, f.Label = true, why
 			}
 			r.record(f)
@@ -483,6 +576,7 @@ func (r *runner) inProgress(f func()) {
 func (r *runner) record(f Fault) {
 	r.mu.Lock()
 	r.faults = append(r.faults, f)
+	r.live = nil
 	r.mu.Unlock()
 }
 
@@ -525,8 +619,12 @@ func (rep *Report) Summary() string {
 	if res.Failed() {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(&b, "%s: %d grants by %d workers in %v, %d faults; violations (a) %d, (b) %d, (c) %d",
-		verdict, len(res.Grants), rep.Workers, rep.Elapsed.Round(time.Millisecond), len(rep.Faults),
+	kind := ""
+	if res.Kind != KindMutex && res.Kind != "" {
+		kind = " (" + describeKind(res.Kind, res.Limit) + ")"
+	}
+	fmt.Fprintf(&b, "%s: %d grants%s by %d workers in %v, %d faults; violations (a) %d, (b) %d, (c) %d",
+		verdict, len(res.Grants), kind, rep.Workers, rep.Elapsed.Round(time.Millisecond), len(rep.Faults),
 		res.Count(CheckPromise), res.Count(CheckOrder), res.Count(CheckFence))
 	if n := res.Labelled(CheckPromise) + res.Labelled(CheckOrder) + res.Labelled(CheckFence); n > 0 {
 		fmt.Fprintf(&b, " (+%d outside the backend's assumptions, labelled)", n)
@@ -539,4 +637,12 @@ func (rep *Report) Summary() string {
 			slices.Max(res.KillToGrant).Round(time.Millisecond))
 	}
 	return b.String()
+}
+
+// describeKind names a run's kind for the report: "semaphore of 3".
+func describeKind(kind string, limit int) string {
+	if kind == KindSemaphore {
+		return fmt.Sprintf("semaphore of %d", limit)
+	}
+	return dlock.Shape(libKind(kind), limit)
 }

@@ -26,6 +26,8 @@ type WorkerConfig struct {
 	Name     string
 	TTL      time.Duration
 	Fair     bool
+	Kind     string        // KindMutex ("" too), KindSemaphore, KindRW or KindElection
+	Limit    int           // a semaphore's limit
 	Resource string        // the resource's address
 	Hold     time.Duration // the longest time between a read and its write
 	Seed     uint64
@@ -42,7 +44,10 @@ type WorkerConfig struct {
 // It writes its events to events as JSON lines. It checks the lease once,
 // before the read; the write goes out without a second check, as a real
 // program's would after a pause it did not notice, and the fence must stop
-// it.
+// it. A read-write lock's worker is a writer one time in four (drawn from
+// the seed), and a reader does a fenced shared read instead; a
+// semaphore's permit holder only waits, since a single token cannot fence
+// N holders at once.
 func RunWorker(ctx context.Context, cfg WorkerConfig, events io.Writer) error {
 	rec := &recorder{w: events, worker: cfg.ID, noValidity: cfg.NoValidity}
 	res, err := dialResource(cfg)
@@ -60,28 +65,29 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, events io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	opts := []dlock.Option{dlock.TTL(cfg.TTL)}
-	if cfg.Fair {
-		opts = append(opts, dlock.Fair())
-	}
-	m := c.Mutex(cfg.Name, opts...)
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.ID)))
+	lk := newLocker(c, cfg, rng)
 	for ctx.Err() == nil {
-		rec.event(Event{Op: OpAcquire, Phase: Invoke})
+		op := lk.next()
+		rec.event(Event{Op: OpAcquire, Phase: Invoke, Kind: lk.kind, Weight: op.weight, Limit: lk.limit})
 		lctx, cancel := context.WithTimeout(ctx, 4*cfg.TTL)
-		lease, err := m.Lock(lctx)
+		lease, err := op.acquire(lctx)
 		cancel()
 		if err != nil {
 			rec.event(Event{Op: OpAcquire, Phase: Fail, Err: err.Error()})
+			if errors.Is(err, dlock.ErrInvalidOption) {
+				return err // the backend refuses the kind: retrying will not help
+			}
 			if ctx.Err() == nil && !errors.Is(err, dlock.ErrNotAcquired) {
 				time.Sleep(cfg.TTL / 10) // the store is down: do not spin
 			}
 			continue
 		}
-		rec.granted(lease)
+		rec.granted(lease, lk.kind, op.weight, lk.limit)
 		stop := rec.watch(lease, cfg.TTL)
 		if rec.noValidity || lease.Err() == nil {
-			if err := res.increment(rec, lease.Token(), time.Duration(rng.Int64N(int64(cfg.Hold)+1))); err != nil {
+			hold := time.Duration(rng.Int64N(int64(cfg.Hold) + 1))
+			if err := op.work(res, rec, lease.Token(), hold); err != nil {
 				stop()
 				return err
 			}
@@ -89,7 +95,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, events io.Writer) error {
 		stop()
 		rec.event(Event{Op: OpRelease, Phase: Invoke, Token: lease.Token()})
 		uctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
-		err = lease.Unlock(uctx)
+		err = op.release(uctx, lease)
 		cancel()
 		if err != nil {
 			rec.event(Event{Op: OpRelease, Phase: Fail, Token: lease.Token(), Err: err.Error()})
@@ -98,6 +104,71 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, events io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// locker makes a worker's acquisitions of its kind.
+type locker struct {
+	kind  string // "" for a mutex: its events stay as they were
+	limit int
+	rng   *rand.Rand
+	mu    *dlock.Mutex
+	sem   *dlock.Semaphore
+	rw    *dlock.RWMutex
+	el    *dlock.Election
+	value string
+}
+
+// lockOp is one acquisition: how to take it, what to do holding it, how to
+// give it back.
+type lockOp struct {
+	weight  int
+	acquire func(context.Context) (*dlock.Lease, error)
+	work    func(rc *resourceConn, rec *recorder, token uint64, hold time.Duration) error
+	release func(context.Context, *dlock.Lease) error
+}
+
+func newLocker(c *dlock.Client, cfg WorkerConfig, rng *rand.Rand) *locker {
+	opts := []dlock.Option{dlock.TTL(cfg.TTL)}
+	lk := &locker{kind: cfg.Kind, rng: rng}
+	switch cfg.Kind {
+	case KindSemaphore:
+		lk.limit = cfg.Limit
+		lk.sem = c.Semaphore(cfg.Name, cfg.Limit, opts...)
+	case KindRW:
+		lk.limit = dlock.RWLimit
+		lk.rw = c.RWMutex(cfg.Name, opts...)
+	case KindElection:
+		lk.limit = 1
+		lk.el = c.Election(cfg.Name, opts...)
+		lk.value = fmt.Sprintf("worker-%d", cfg.ID)
+	default:
+		lk.kind = ""
+		if cfg.Fair {
+			opts = append(opts, dlock.Fair())
+		}
+		lk.mu = c.Mutex(cfg.Name, opts...)
+	}
+	return lk
+}
+
+func unlock(ctx context.Context, l *dlock.Lease) error { return l.Unlock(ctx) }
+
+func (lk *locker) next() lockOp {
+	increment := (*resourceConn).increment
+	switch {
+	case lk.sem != nil:
+		return lockOp{weight: 1, acquire: lk.sem.Acquire, work: (*resourceConn).hold, release: unlock}
+	case lk.rw != nil && lk.rng.IntN(4) == 0:
+		return lockOp{weight: dlock.RWLimit, acquire: lk.rw.Lock, work: increment, release: unlock}
+	case lk.rw != nil:
+		return lockOp{weight: 1, acquire: lk.rw.RLock, work: (*resourceConn).sharedRead, release: unlock}
+	case lk.el != nil:
+		return lockOp{weight: 1,
+			acquire: func(ctx context.Context) (*dlock.Lease, error) { return lk.el.Campaign(ctx, lk.value) },
+			work:    increment,
+			release: func(ctx context.Context, _ *dlock.Lease) error { return lk.el.Resign(ctx) }}
+	}
+	return lockOp{acquire: lk.mu.Lock, work: increment, release: unlock}
 }
 
 // recorder writes a worker's events.
@@ -133,8 +204,8 @@ func (r *recorder) deadline(l *dlock.Lease) int64 {
 	return Now() + int64(time.Until(l.Deadline()))
 }
 
-func (r *recorder) granted(l *dlock.Lease) {
-	r.event(Event{Op: OpAcquire, Phase: OK, Token: l.Token(), Deadline: r.deadline(l)})
+func (r *recorder) granted(l *dlock.Lease, kind string, weight, limit int) {
+	r.event(Event{Op: OpAcquire, Phase: OK, Token: l.Token(), Deadline: r.deadline(l), Kind: kind, Weight: weight, Limit: limit})
 }
 
 // watch records every move of the lease's deadline and its loss until
@@ -227,4 +298,23 @@ func (rc *resourceConn) increment(rec *recorder, token uint64, hold time.Duratio
 		rec.event(Event{Op: OpWrite, Phase: Fail, Token: token, Err: reply})
 	}
 	return err
+}
+
+// sharedRead is a reader's hold: a fenced shared read, then the wait.
+func (rc *resourceConn) sharedRead(rec *recorder, token uint64, hold time.Duration) error {
+	if _, err := rc.call(fmt.Sprintf("SHARED %d", token)); err != nil {
+		return err
+	}
+	time.Sleep(hold)
+	return nil
+}
+
+// hold is a permit holder's hold: it tells the resource (so that a fault
+// can find it inside its hold) and waits. Nothing is fenced.
+func (rc *resourceConn) hold(rec *recorder, token uint64, hold time.Duration) error {
+	if _, err := rc.call("HOLD"); err != nil {
+		return err
+	}
+	time.Sleep(hold)
+	return nil
 }
