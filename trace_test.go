@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,5 +212,30 @@ func BenchmarkLockUnlockTracer(b *testing.B) {
 				l.Unlock(ctx)
 			}
 		})
+	}
+}
+
+// TestSilentByDefault: without WithLogger, a lost lease (which is logged
+// at warning level to a Client's logger) writes nothing to slog.Default().
+func TestSilentByDefault(t *testing.T) {
+	var buf strings.Builder
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(old)
+	c, err := dlock.New(mem.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Mutex("quiet", dlock.TTL(100*time.Millisecond), dlock.MaxHold(150*time.Millisecond)).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Fatalf("Err %v", l.Err())
+	}
+	if buf.Len() > 0 {
+		t.Errorf("the library wrote to slog.Default(): %q", buf.String())
 	}
 }

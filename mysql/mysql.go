@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"log"
-	"log/slog"
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -46,15 +44,12 @@ var myServer = connect.Server{
 	Answer:  connect.ErrorOf[*mysql.MySQLError](nil),
 }
 
-// logger sends the driver's log lines to slog.Default() at debug level
-// (the driver's default prints them on stderr).
+// logger silences the driver's log lines (its default prints them on
+// stderr): the library never writes on its own. A program that wants them
+// calls mysql.SetLogger itself.
 type logger struct{}
 
-func (logger) Print(v ...any) {
-	if l := slog.Default(); l.Enabled(context.Background(), slog.LevelDebug) {
-		l.Debug("mysql: " + strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
-	}
-}
+func (logger) Print(...any) {}
 
 // isDefaultLogger reports whether l is the driver's own logger, which
 // writes to stderr (not one the program set with mysql.SetLogger).

@@ -7,9 +7,9 @@
 // own). The details of everything below are in docs/backends/redis.md,
 // https://github.com/dlock-dev/dlock/blob/main/docs/backends/redis.md.
 //
-// Importing this package (or redlock) sends go-redis's own log lines to
-// slog.Default() at debug level; a program that calls goredis.SetLogger in
-// main keeps its own.
+// Importing this package (or redlock) silences go-redis's own log lines
+// (its default prints them on stderr): the library never writes on its
+// own. A program that wants them calls goredis.SetLogger in main.
 //
 // # URL
 //

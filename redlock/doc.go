@@ -47,7 +47,7 @@
 // N/2+1 of them, so three tolerate one master down, five tolerate two.
 // One or two masters are allowed (a test set-up, a migration from the
 // redis backend) but grant only while every master answers, and Open and
-// New then log a warning on slog.Default() (the Client's logger,
+// New then log a warning on the backend's Logger, when one is given (the Client's logger,
 // dlock.WithLogger, does not reach a backend, which is made before it).
 // A master listed twice, after normalising its address (default port
 // 6379, localhost as 127.0.0.1), is refused with [dlock.ErrInvalidOption]:

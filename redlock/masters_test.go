@@ -59,21 +59,26 @@ func TestDuplicateMaster(t *testing.T) {
 }
 
 // TestFewMastersWarning: fewer than three masters is allowed, with a
-// warning on slog.Default(); three are not warned about.
+// warning on the backend's Logger; three are not warned about, and
+// without a Logger nothing is written (not even to slog.Default()).
 func TestFewMastersWarning(t *testing.T) {
 	g := testserver.RedisN(t, 3)
-	var buf bytes.Buffer
+	var deflt bytes.Buffer
 	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	slog.SetDefault(slog.New(slog.NewTextHandler(&deflt, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	defer slog.SetDefault(old)
 	for _, tc := range []struct {
 		addrs []string
 		warn  bool
 	}{{g.Addrs()[:1], true}, {g.Addrs()[:2], true}, {g.Addrs(), false}} {
-		buf.Reset()
-		c, err := dlock.Open(t.Context(), "redlock://"+strings.Join(tc.addrs, ","))
+		var buf bytes.Buffer
+		b, err := redlock.Open(t.Context(), strings.Join(tc.addrs, ","), redlock.Logger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		if err != nil {
 			t.Fatalf("Open with %d masters: %v", len(tc.addrs), err)
+		}
+		c, err := dlock.New(b)
+		if err != nil {
+			t.Fatal(err)
 		}
 		l, err := c.Mutex("few").TryLock(t.Context())
 		if err != nil {
@@ -86,5 +91,14 @@ func TestFewMastersWarning(t *testing.T) {
 		if got != tc.warn {
 			t.Errorf("%d masters: warning %v, want %v (log: %q)", len(tc.addrs), got, tc.warn, buf.String())
 		}
+		// Without a Logger: silent.
+		c, err = dlock.Open(t.Context(), "redlock://"+strings.Join(tc.addrs, ","))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	if deflt.Len() > 0 {
+		t.Errorf("the library wrote to slog.Default(): %q", deflt.String())
 	}
 }

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"crypto/tls"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ type config struct {
 	prefix      string
 	nodeTimeout time.Duration
 	drift       float64
+	logger      *slog.Logger
 	errs        opt.Problems
 	dial        dialConfig
 }
@@ -131,3 +133,14 @@ func DriftFactor(f float64) Option {
 // backend does (redisconn.EncodeName), so that both schemes name a lock's
 // keys alike on one server.
 func encodeName(name string) string { return redisconn.EncodeName(name) }
+
+// Logger sets where the backend logs what a user should know, such as a
+// set-up with fewer than three masters (default: none; the backend is
+// silent, as the dlock library is without dlock.WithLogger).
+func Logger(l *slog.Logger) Option {
+	return opt.Func[config](func(c *config) {
+		if c.errs.Check(l != nil, "nil logger") {
+			c.logger = l
+		}
+	})
+}

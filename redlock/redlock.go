@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -53,7 +52,7 @@ var _ dlock.Backend = (*Backend)(nil)
 // (the same host and port, after the default port 6379, lower case, and
 // localhost as 127.0.0.1) is an error matching [dlock.ErrInvalidOption]:
 // it would count twice toward the quorum. Fewer than three masters is
-// allowed, with a warning on slog.Default() (see the package doc). The backend does not
+// allowed, with a warning on the backend's [Logger] if one is set (see the package doc). The backend does not
 // take the clients over: Close leaves them open. Make the clients with
 // ContextTimeoutEnabled, so that the per-node timeout ([NodeTimeout])
 // bounds their reads and writes, and with MaxRetries -1: a script whose
@@ -94,10 +93,8 @@ func newBackend(clients []*goredis.Client, cfg config) (*Backend, error) {
 		b.addrs = append(b.addrs, c.Options().Addr)
 	}
 	b.desc = "redlock " + strings.Join(b.addrs, ",")
-	if len(clients) < 3 {
-		// The Client's logger (dlock.WithLogger) does not reach a backend,
-		// which is made first: the process's default logger does.
-		slog.Default().Warn("redlock: fewer than three masters: a grant needs every one of them, so one master down stops all grants (use 3 or more, ideally 5)",
+	if len(clients) < 3 && cfg.logger != nil {
+		cfg.logger.Warn("redlock: fewer than three masters: a grant needs every one of them, so one master down stops all grants (use 3 or more, ideally 5)",
 			"backend", b.desc, "masters", len(clients), "quorum", b.quorum)
 	}
 	b.id = newID()[:16]

@@ -75,7 +75,7 @@ func newConfig(opts []Option) config {
 		root:           DefaultRoot,
 		sessionTimeout: DefaultSessionTimeout,
 		acl:            zk.WorldACL(zk.PermAll),
-		logger:         slog.Default(),
+		logger:         slog.New(slog.DiscardHandler),
 		connectTimeout: dlock.DefaultConnectTimeout,
 	}
 	opt.Apply(&c, opts)
@@ -164,7 +164,8 @@ func ACL(acl []zk.ACL) Option {
 }
 
 // Logger sets where the backend and go-zookeeper log connection events,
-// at debug level (default: slog.Default()).
+// at debug level (default: none; the backend is silent, as the dlock
+// library is without dlock.WithLogger).
 func Logger(l *slog.Logger) Option {
 	return opt.Func[config](func(c *config) {
 		if c.errs.Check(l != nil, "nil logger") {

@@ -3,16 +3,15 @@
 // client needs to say why it cannot reach a server.
 //
 // go-redis has one process-wide logger (redis.SetLogger) that prints to
-// stderr. This package's init replaces it, once, with an adapter that logs
-// to slog.Default() at debug level. A program that calls redis.SetLogger
-// itself (in main, after the inits) keeps its own.
+// stderr. This package's init replaces it, once, with a silent one: the
+// library never writes on its own. A program that wants go-redis's lines
+// calls redis.SetLogger itself (in main, after the inits).
 package redisconn
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -23,18 +22,10 @@ import (
 
 func init() { goredis.SetLogger(logger{}) }
 
-// logger is go-redis's logger as slog sees it. It looks slog.Default() up
-// on every line, so a later slog.SetDefault takes effect.
+// logger is a silent go-redis logger.
 type logger struct{}
 
-func (logger) Printf(ctx context.Context, format string, args ...any) {
-	l := slog.Default()
-	if !l.Enabled(ctx, slog.LevelDebug) {
-		return
-	}
-	msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "redis: ")
-	l.DebugContext(ctx, "redis: "+msg)
-}
+func (logger) Printf(context.Context, string, ...any) {}
 
 // Server describes Redis for connect.Server.Explain; set its Backend.
 var Server = connect.Server{
