@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/dur"
 	"github.com/dlock-dev/dlock/internal/errkind"
+	"github.com/dlock-dev/dlock/internal/notify"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -32,6 +33,9 @@ type Backend struct {
 	acquire *script                // acquireClockScript, or acquireScript with ClockTokens(false)
 	wtArg   any                    // the waiter timeout in ms, as a script argument
 	ttlArg  atomic.Pointer[ttlArg] // the last TTL acquired with, as a script argument
+
+	watchOnce sync.Once
+	watches   *notify.Hub[*watchSub] // the watches' pub/sub connection, made by the first Watch
 
 	peers     *peers         // this process's Backends on the same server
 	bg        sync.WaitGroup // clean-up running on its own
@@ -128,6 +132,10 @@ func (b *Backend) Close() error {
 		b.bg.Wait()
 		b.batch.close()
 		b.mux.close()
+		b.watchOnce.Do(func() {}) // no hub after this
+		if b.watches != nil {
+			b.watches.Close()
+		}
 		leavePeers(b.peers)
 		if b.owned {
 			err = b.rdb.Close()

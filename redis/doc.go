@@ -102,6 +102,39 @@
 // held than the limit, a count below 1, an unknown kind) is refused with
 // [ErrForeignData] and left as it is.
 //
+// # Elections and watching
+//
+// The backend grants dlock.Election (see [Backend.CanGrant]) and
+// implements [dlock.Proclaimer] and [dlock.Watcher], on a single server,
+// Sentinel and Cluster alike. An election is a weighted name of limit 1
+// (the scripts above, strict arrival order among candidates) whose state
+// hash also keeps the leader's value, field v: written by the grant's
+// script, replaced by [Backend.Proclaim] only while the hold is the
+// caller's (one script; else dlock.ErrLeaseLost), deleted when the hold
+// ends. Inspect shows it in LockInfo.Value with Kind election. A mutex
+// asked of an election's name, or a campaign on a mutex's, is refused
+// with a [*dlock.ConflictError] and changes nothing.
+//
+// [Backend.Watch] follows any name, of any kind: it subscribes to
+// PREFIX:{NAME}:watch on a pub/sub connection of its own (one per
+// Backend, dialed by the first watch) and registers the watcher in
+// PREFIX:{NAME}:watchers, a sorted set of watcher ids scored by when
+// each counts as gone (60 s, refreshed every 20 s while the watch waits,
+// removed when it ends; the key expires with its last watcher, so a dead
+// watcher leaves nothing). Every script that changes a name's holders —
+// a grant, a re-entry, a release, a give-back, a downgrade, a Proclaim —
+// publishes on the watch channel only while that key exists. An
+// unwatched mutex pays nothing for it: its uncontended grant asks EXISTS
+// of the hash and the watchers key in the one EXISTS it made before
+// (a watched name takes the full script, which publishes), and its
+// uncontended release is unchanged (registering a watcher writes the
+// lease end x into the name's hold, so that its release takes the full
+// script). An expiry publishes nothing; the Client reads again when the
+// first holder's lease ends. When the pub/sub connection is lost, Wait
+// fails, and the Client subscribes and registers again and reads the
+// holders, so that what changed meanwhile (a restart that emptied the
+// server included) is reported.
+//
 // # Errors
 //
 // An unreachable server, a failed authentication and passing server states

@@ -87,6 +87,23 @@ func newScript(name, src string) *script {
 // either: the process wakes that waiter itself.
 //
 
+// Watchers ([Backend.Watch]) register in PREFIX:{NAME}:watchers, a
+// sorted set of watcher ids scored by when each counts as gone, which
+// expires with its last watcher. Every script that changes a name's
+// holders (a grant, a re-entry, a release, a give-back, a new value)
+// publishes on PREFIX:{NAME}:watch if that key exists (watchedLua). The
+// mutex's common paths stay as they were: acquireFast asks EXISTS of the
+// lock hash and the watchers key in the one call it made for the hash
+// alone, and leaves a watched name to the full script; releaseFast runs
+// only for a hold without x, and registering a watcher writes x to the
+// name's hold (as holdEnd does), so a watched hold's release takes the
+// full script. The watchers key has the lock's hash tag, so a script may
+// derive it from the lock's key on a Cluster too.
+
+// watchedLua publishes a change of the name whose lock hash is KEYS[1] on
+// its watch channel if a watcher is registered.
+const watchedLua = `if redis.call('EXISTS', KEYS[1] .. ':watchers') == 1 then redis.call('PUBLISH', KEYS[1] .. ':watch', '') end`
+
 // MaxToken is the largest fencing token: the scripts compute in Lua
 // numbers, which are doubles, exact up to 2^53. A lock whose token f is at
 // it (or that holds a count, token or expiry that is not a number) is
@@ -168,15 +185,15 @@ end
 `
 
 // acquireFast is the acquire script's common case, ahead of its
-// definitions: a name without a hash (free, no waiters) and a fence key
-// that holds a token. It grants in EXISTS, INCR, HSET and PEXPIRE and
+// definitions: a name without a hash (free, no waiters) and without
+// watchers, and a fence key that holds a token. It grants in EXISTS, INCR, HSET and PEXPIRE and
 // nothing else: the token is fence+1, and without x the lease ends with
 // the hash (TIME only when the fence key is missing: then the token is
 // the server time in µs, as newToken would give). Anything else falls
 // through to the full script, which also reports foreign data; an INCR of
 // a fence that does not hold a token is undone first.
 var acquireFast = `
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1], KEYS[1] .. ':watchers') == 0 then
   local tok = redis.pcall('INCR', KEYS[4])
   if type(tok) == 'number' then
     if tok == 1 then
@@ -199,7 +216,7 @@ end
 // of TIME and a fence written with GETSET (and SET again when the clock
 // is behind the fence). A fence that does not hold a token is put back.
 var acquireClockFast = `
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1], KEYS[1] .. ':watchers') == 0 then
   local t = redis.call('TIME')
   local tok = t[1] * 1000000 + t[2]
   local old = redis.pcall('GETSET', KEYS[4], string.format('%.0f', tok))
@@ -281,6 +298,7 @@ if not held and w == 0 then
   local tok = newToken(f, hw, t)
   redis.call('HSET', h, 'o', owner, 'n', '1', 'r', rid, 'x', exp, 'f', tok)
   redis.call('PEXPIREAT', h, math.max(exp, sv))
+  ` + watchedLua + `
   return tok
 end
 if held and cur[1] == owner then
@@ -289,6 +307,7 @@ if held and cur[1] == owner then
     n = n + 1
     redis.call('HSET', h, 'n', n, 'r', rid, 'x', math.max(x, exp))
     keep(now, math.max(x, exp), w)
+    ` + watchedLua + `
   end
   return {1, cur[3], n}
 end
@@ -347,6 +366,7 @@ if qlen == 0 then
 else
   keep(now, math.max(exp, sv), qlen)
 end
+` + watchedLua + `
 return {1, tok, 1}
 `
 
@@ -473,6 +493,7 @@ if cur[1] ~= ARGV[1] or cur[3] ~= ARGV[2] then
   return {0, cur[1] or '', cur[3] or ''}
 end
 if not tonumber(cur[2]) then return redis.error_reply('DLOCKFOREIGN count n of a hold is not a number') end
+`+watchedLua+`
 local n = tonumber(cur[2]) - 1
 if n > 0 then
   redis.call('HSET', h, 'n', n)
@@ -552,6 +573,7 @@ local undone, free = 0, not cur[1] or x <= now
 if not free and cur[1] == ARGV[2] and cur[3] == rid then
   if not tonumber(cur[2]) then return redis.error_reply('DLOCKFOREIGN count n of a hold is not a number') end
   undone = 1
+  `+watchedLua+`
   local n = tonumber(cur[2]) - 1
   if n > 0 then
     redis.call('HSET', h, 'n', n, 'r', '')

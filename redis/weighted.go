@@ -19,16 +19,22 @@ import (
 var (
 	_ dlock.Granter    = (*Backend)(nil)
 	_ dlock.Downgrader = (*Backend)(nil)
+	_ dlock.Proclaimer = (*Backend)(nil)
 )
 
 // CanGrant says yes to semaphores and read-write locks of a limit in [1,
-// dlock.MaxLimit], on a single server, Sentinel and Cluster alike: a
-// name's whole state is under its hash tag, and every operation is one
-// script. It refuses elections, which need a published value the backend
-// does not keep yet.
+// dlock.MaxLimit] and to elections (limit 1), on a single server,
+// Sentinel and Cluster alike: a name's whole state is under its hash tag,
+// and every operation is one script. An election is granted as a weighted
+// name of limit 1 whose state also keeps the leader's value.
 func (b *Backend) CanGrant(kind dlock.Kind, limit int) error {
 	switch kind {
 	case dlock.KindMutex:
+		return nil
+	case dlock.KindElection:
+		if limit != 1 {
+			return fmt.Errorf("%w: an election has limit 1, not %d", dlock.ErrInvalidOption, limit)
+		}
 		return nil
 	case dlock.KindSemaphore, dlock.KindRWMutex:
 		if limit < 1 || limit > dlock.MaxLimit {
@@ -94,7 +100,7 @@ func (b *Backend) wattempt(ctx context.Context, w *waiter) (dlock.Grant, error) 
 	if w.mode == modeFair {
 		mode = modeFair
 	}
-	v, acked, err := b.run(ctx, wacquireScript, wkeys(k), r.Owner, b.ttlMillis(r.TTL), w.rid, mode, b.wtArg, int(r.Kind), r.Limit, r.Weight)
+	v, acked, err := b.run(ctx, wacquireScript, wkeys(k), r.Owner, b.ttlMillis(r.TTL), w.rid, mode, b.wtArg, int(r.Kind), r.Limit, r.Weight, r.Value)
 	if err != nil {
 		w.uncertain = uncertain(err)
 		return dlock.Grant{}, b.wfail(k, err)
@@ -270,6 +276,27 @@ func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error
 	return b.wrenewed(h, v, acked)
 }
 
+// Proclaim replaces the value of an election's hold h and tells the name's
+// watchers, in one script: only while h is still held (else an error
+// matching dlock.ErrLeaseLost).
+func (b *Backend) Proclaim(ctx context.Context, h dlock.Hold, value string) error {
+	if h.Kind != dlock.KindElection {
+		return fmt.Errorf("%w: a %s hold has no value to proclaim", errors.ErrUnsupported, h.Kind)
+	}
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	k := b.keysOf(h)
+	v, acked, err := b.run(ctx, wproclaimScript, wkeys(k), h.Owner, strconv.FormatUint(h.Token, 10), value)
+	if err != nil {
+		return b.wfail(k, err)
+	}
+	if n, ok := v.(int64); ok && n == -1 {
+		return fmt.Errorf("%w: the name is no longer an election", dlock.ErrLeaseLost)
+	}
+	return b.wrenewed(h, v, acked)
+}
+
 // hasWeighted reports whether rs renews a weighted hold.
 func hasWeighted(rs []dlock.Renewal) bool {
 	for _, r := range rs {
@@ -361,7 +388,7 @@ func (b *Backend) mutexConflict(k *keys, msg string) error {
 	}
 	kind, err1 := strconv.Atoi(toStr(vals[0]))
 	limit, err2 := strconv.Atoi(toStr(vals[1]))
-	if err1 != nil || err2 != nil || kind <= int(dlock.KindMutex) || kind > int(dlock.KindRWMutex) {
+	if err1 != nil || err2 != nil || kind <= int(dlock.KindMutex) || kind > int(dlock.KindElection) {
 		return nil
 	}
 	return &dlock.ConflictError{Kind: dlock.Kind(kind), Limit: limit, AskedKind: dlock.KindMutex, AskedLimit: 1}
@@ -381,7 +408,7 @@ func (b *Backend) inspectWeighted(ctx context.Context, c *goredis.Client, keys, 
 	es := make([]*goredis.ZSliceCmd, len(keys))
 	ql := make([]*goredis.IntCmd, len(keys))
 	for i, key := range keys {
-		st[i] = p.HMGet(ctx, key, "k", "l", "u")
+		st[i] = p.HMGet(ctx, key, "k", "l", "u", "v")
 		hs[i] = p.HGetAll(ctx, key+":holders")
 		es[i] = p.ZRangeWithScores(ctx, key+":expiry", 0, -1)
 		ql[i] = p.LLen(ctx, key+":queue")
@@ -409,7 +436,7 @@ func (b *Backend) inspectWeighted(ctx context.Context, c *goredis.Client, keys, 
 		used, e3 := strconv.Atoi(toStr(vals[2]))
 		in.Kind, in.Limit = dlock.Kind(kind), limit
 		switch {
-		case e1 != nil || kind <= int(dlock.KindMutex) || kind > int(dlock.KindRWMutex):
+		case e1 != nil || kind <= int(dlock.KindMutex) || kind > int(dlock.KindElection):
 			in.Bad = "kind k is not a weighted kind"
 		case e2 != nil || limit < 1 || limit > dlock.MaxLimit:
 			in.Bad = fmt.Sprintf("limit l is not an integer in [1, %d]", dlock.MaxLimit)
@@ -430,6 +457,9 @@ func (b *Backend) inspectWeighted(ctx context.Context, c *goredis.Client, keys, 
 			}
 			h := in
 			h.Owner, h.TTL = owner, time.Duration(left)*time.Millisecond
+			if in.Kind == dlock.KindElection {
+				h.Value = toStr(vals[3])
+			}
 			var rid string
 			if n, _ := fmt.Sscanf(holders[owner], "%d %d %d %s", &h.Weight, &h.Count, &h.Token, &rid); n < 3 || h.Weight < 1 || h.Weight > limit || h.Count < 1 {
 				h.Bad = fmt.Sprintf("the holder record of %q is not \"weight count token id\" within the limit", owner)

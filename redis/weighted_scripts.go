@@ -19,8 +19,10 @@ import (
 //	      x  the end of the state (ms, server time), which is also every
 //	         state key's PEXPIREAT: to the mutex's scripts, the end of
 //	         that hold of nobody
-//	      k  kind (1 semaphore, 2 read-write lock), l  limit,
+//	      k  kind (1 semaphore, 2 read-write lock, 3 election), l  limit,
 //	      u  the weight held by the holders in H
+//	      v  an election's leader value, written with its grant and by
+//	         Proclaim, deleted when the hold ends
 //	H   PREFIX:{NAME}:holders  hash: owner → "weight count token request-id"
 //	E   PREFIX:{NAME}:expiry   zset: owner scored by the end of its lease (ms,
 //	                           server time)
@@ -50,7 +52,10 @@ import (
 // script with DLOCKFOREIGN and changes nothing.
 
 // weightedKindsLua is the largest kind the scripts keep.
-var weightedKindsLua = strconv.Itoa(int(dlock.KindRWMutex))
+var weightedKindsLua = strconv.Itoa(int(dlock.KindElection))
+
+// electionLua is the kind of an election in the scripts.
+var electionLua = strconv.Itoa(int(dlock.KindElection))
 
 // wstateSource follows stateSource in every weighted script. ARGV[1] is
 // the caller's owner. It reads and checks the state and defines:
@@ -67,6 +72,7 @@ var weightedKindsLua = strconv.Itoa(int(dlock.KindRWMutex))
 //	prune()  drops the dead holders
 //	settle() writes the state (or deletes it when nothing is held or queued)
 //	wake()   publishes the queue's head if it fits
+//	watched() publishes a change of the holders to the name's watchers, if any
 var wstateSource = `
 local H, E = KEYS[5], KEYS[6]
 local function foreign(why) return redis.error_reply('DLOCKFOREIGN ' .. why) end
@@ -157,13 +163,14 @@ local function wake(skip)
   local rid, w = string.match(e, '^(%x*):(%d+)$')
   if rid and used + tonumber(w) <= limit then redis.call('PUBLISH', h .. ':wake', rid) end
 end
+local function watched() ` + watchedLua + ` end
 `
 
 // wacquireScript makes one attempt of a weighted request.
 //
 //	KEYS: h, q, qt, fk, H, E
 //	ARGV: owner, ttl ms, request id, mode ("t" try, "f" wait in the queue),
-//	      waiter timeout ms, kind, limit, weight
+//	      waiter timeout ms, kind, limit, weight, value (an election's)
 //
 // Replies {1, token, count} when granted; {0, owner and token of the
 // holder whose lease ends first (or ""), wait hint ms (-1: none), queue
@@ -209,6 +216,7 @@ if mine then
     c = c + 1
     redis.call('HSET', H, ARGV[1], fmtRec(mine.w, c, mine.tok, rid))
     redis.call('ZADD', E, math.max(ownEnd, now + ttl), ARGV[1])
+    watched()
   end
   settle()
   if qlen > 0 and redis.call('LINDEX', q, 0) ~= before then wake(entry) end
@@ -228,6 +236,8 @@ if fits and (not head or head == entry) then
   redis.call('ZADD', E, now + ttl, ARGV[1])
   used = used + weight
   settle()
+  if kind == `+electionLua+` then redis.call('HSET', h, 'v', ARGV[9]) end
+  watched()
   if head or before then wake(entry) end
   return {1, string.format('%.0f', tok), 1}
 end
@@ -295,6 +305,7 @@ return 1
 // hold the name with that token.
 var wreleaseScript = newScript("wrelease", stateSource+wstateSource+`
 if not mine or string.format('%.0f', mine.tok) ~= ARGV[2] then return -1 end
+watched()
 if mine.c > 1 then
   redis.call('HSET', H, ARGV[1], fmtRec(mine.w, mine.c - 1, mine.tok, mine.rid))
   return mine.c - 1
@@ -302,6 +313,7 @@ end
 prune()
 redis.call('HDEL', H, ARGV[1])
 redis.call('ZREM', E, ARGV[1])
+if kind == `+electionLua+` then redis.call('HDEL', h, 'v') end
 used = used - mine.w
 if qlen > 0 and dropDead(now) > 0 then qlen = redis.call('LLEN', q) end
 settle()
@@ -325,11 +337,13 @@ redis.call('ZREM', qt, entry)
 local undone = 0
 if mine and mine.rid == ARGV[2] then
   undone = 1
+  watched()
   if mine.c > 1 then
     redis.call('HSET', H, ARGV[1], fmtRec(mine.w, mine.c - 1, mine.tok, ''))
   else
     redis.call('HDEL', H, ARGV[1])
     redis.call('ZREM', E, ARGV[1])
+    if kind == `+electionLua+` then redis.call('HDEL', h, 'v') end
     used = used - mine.w
   end
 end
@@ -360,5 +374,22 @@ prune()
 if qlen > 0 and dropDead(now) > 0 then qlen = redis.call('LLEN', q) end
 settle()
 wake(false)
+watched()
+return 1
+`)
+
+// wproclaimScript replaces the value of an election's hold and tells the
+// name's watchers.
+//
+//	KEYS: h, q, qt, fk, H, E
+//	ARGV: owner, token, value
+//
+// Replies 1; 0 if the owner does not hold the name with that token; -1 if
+// the name is not an election.
+var wproclaimScript = newScript("wproclaim", stateSource+wstateSource+`
+if not mine or string.format('%.0f', mine.tok) ~= ARGV[2] then return 0 end
+if kind ~= `+electionLua+` then return -1 end
+redis.call('HSET', h, 'v', ARGV[3])
+watched()
 return 1
 `)

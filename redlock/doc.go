@@ -65,6 +65,23 @@
 // availability Redlock is for, so a semaphore or read-write lock needs a
 // single Redis (redis://, Sentinel or Cluster) or another store.
 //
+// # Elections and watching
+//
+// Refused (see [Backend.CanGrant]): a Redlock could bound one leader
+// (limit 1, as it does the mutex), but an election is also the leader's
+// published value and a watch of it, and neither fits Redlock as it
+// stands. The value must be the one a majority of masters holds, so
+// Leader and Observe need a majority read, which the backend does not
+// have (it lists no holders: no dlock.Inspector). Proclaim must change
+// the value on a majority while the lease holds there; one that reaches
+// only a minority before failing leaves the masters disagreeing, and a
+// reader could tell the newer value only by a version compared across
+// masters, which the scripts do not keep. Following changes would need a
+// subscription per master and a majority read after each notice. For
+// elections use a single Redis (redis://, Sentinel or Cluster), or
+// ZooKeeper or etcd when leadership must not depend on timing. For the
+// same reason Client.Watch, which needs a holder listing, is refused.
+//
 // # How it works
 //
 // Acquire sends one script to every master in parallel, each call bounded

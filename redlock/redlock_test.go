@@ -149,3 +149,29 @@ func TestFenceAheadOfClock(t *testing.T) {
 		t.Fatalf("Release: %v", err)
 	}
 }
+
+// TestElectionRefused: Redlock holds no elections; Campaign says why
+// (a majority read of the value, a Proclaim that may reach a minority)
+// and writes nothing, and Watch needs a holder listing Redlock lacks.
+func TestElectionRefused(t *testing.T) {
+	g := testserver.RedisN(t, 3)
+	b := open(t, g, "")
+	c, err := dlock.New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	_, err = c.Election("el").Campaign(ctx, "v")
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "Proclaim") {
+		t.Errorf("Campaign: %v, want ErrUnsupported saying why", err)
+	}
+	for _, n := range g.Nodes() {
+		if keys, err := n.Do(ctx, "keys", "*el*"); err != nil || len(keys.([]any)) != 0 {
+			t.Errorf("master %s has keys %v (%v) after a refused Campaign", n.Addr(), keys, err)
+		}
+	}
+	if _, err := c.Watch(ctx, "el"); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("Watch: %v, want ErrInvalidOption (no holder listing)", err)
+	}
+}
