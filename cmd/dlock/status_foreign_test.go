@@ -3,8 +3,8 @@
 package main
 
 import (
-	"encoding/json"
 	"database/sql"
+	"encoding/json"
 	"net/url"
 	"strings"
 	"testing"
