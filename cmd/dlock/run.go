@@ -206,6 +206,7 @@ type runFlags struct {
 	noFork   bool
 	quiet    bool
 	value    string // dlock elect's --value
+	elect    bool   // dlock elect: campaign rather than lock
 
 	flock  bool     // the name was an argument: flock(1)'s conventions
 	dashes bool     // the arguments followed "--": no NAME among them
@@ -282,7 +283,15 @@ func (f *runFlags) silentWhenBusy(e *env) bool {
 
 func runRun(ctx context.Context, e *env, opts any, args []string) int {
 	f := opts.(*runFlags)
-	if code, ok := f.check(e, "run", args, true); !ok {
+	cmdName := "run"
+	if f.elect {
+		cmdName = "elect"
+		if f.value == "" {
+			host, _ := os.Hostname()
+			f.value = fmt.Sprintf("%s/%d", host, os.Getpid())
+		}
+	}
+	if code, ok := f.check(e, cmdName, args, true); !ok {
 		return code
 	}
 	// Find the command before taking the lock.
@@ -405,6 +414,9 @@ func (f *runFlags) lockOptions() []dlock.Option {
 // (a semaphore's permit) or -s/-x (a read-write lock's side).
 func (f *runFlags) locker(c *dlock.Client, opts []dlock.Option) locker {
 	switch {
+	case f.elect:
+		el := c.Election(f.name, opts...)
+		return locker{fmt.Sprintf("leadership of election %q", f.name), func(ctx context.Context) (*dlock.Lease, error) { return el.Campaign(ctx, f.value) }, nil}
 	case f.limit > 0:
 		s := c.Semaphore(f.name, f.limit, opts...)
 		return locker{fmt.Sprintf("a permit of semaphore %q (of %d)", f.name, f.limit), s.Acquire, s.TryAcquire}
