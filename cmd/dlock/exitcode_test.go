@@ -178,14 +178,14 @@ func TestHelpColumns(t *testing.T) {
 				inFlags = true
 			case inFlags && line == "":
 				inFlags = false
-			case inFlags && strings.HasPrefix(line, "  --"):
-				name, _, _ := strings.Cut(strings.TrimPrefix(line, "  --"), "  ")
-				at := 4 + len(name) + len(line[4+len(name):]) - len(strings.TrimLeft(line[4+len(name):], " "))
+			case inFlags && strings.HasPrefix(line, "  -"):
+				name, _, _ := strings.Cut(strings.TrimPrefix(line, "  "), "  ")
+				at := 2 + len(name) + len(line[2+len(name):]) - len(strings.TrimLeft(line[2+len(name):], " "))
 				if col < 0 {
 					col = at
 				}
 				if at != col {
-					t.Errorf("dlock %q: the description of --%s starts at column %d, others at %d", args, name, at, col)
+					t.Errorf("dlock %q: the description of %s starts at column %d, others at %d", args, name, at, col)
 				}
 			case inFlags:
 				if at := len(line) - len(strings.TrimLeft(line, " ")); at != col {

@@ -58,8 +58,8 @@ func TestBadInput(t *testing.T) {
 			[]string{notExec, "permission denied"}},
 		{"unknown command", []string{"lock"}, 2,
 			[]string{`unknown command "lock"`}},
-		{"status with arguments", []string{"status", "--url", db, "extra"}, 2,
-			[]string{"unexpected arguments"}},
+		{"status of a free name", []string{"status", "--url", db, "extra"}, 0,
+			[]string{`none of ["extra"] is held`}},
 		{"status unknown scheme", []string{"status", "--url", "nosuch://"}, 2,
 			[]string{`unknown URL scheme "nosuch"`}},
 	} {

@@ -81,7 +81,52 @@ type command struct {
 var commands []*command // filled by the init functions of run.go, status.go and migrate.go
 
 // commandOrder is the order of the commands in the overview.
-var commandOrder = []string{"run", "status", "migrate", "verify", "bench"}
+var commandOrder = []string{"run", "hold", "release", "elect", "leader", "status", "migrate", "verify", "bench", "version", "completion"}
+
+// commandGroups are the overview's groups of commands, in order.
+var commandGroups = []struct {
+	title string
+	names []string
+}{
+	{"Locks", []string{"run", "hold", "release"}},
+	{"Leader election", []string{"elect", "leader"}},
+	{"Looking at a store", []string{"status"}},
+	{"Setting up and checking a store", []string{"migrate", "verify", "bench"}},
+	{"This program", []string{"version", "completion", "help"}},
+}
+
+// commandSummary says what each command does, with an example, for the
+// overview and shell completion.
+var commandSummary = map[string]string{
+	"run":        "run a command while holding a lock",
+	"hold":       "take a lock, print its token, hold it until interrupted",
+	"release":    "release a stuck lock held by someone else",
+	"elect":      "run a command while this process leads an election",
+	"leader":     "print an election's leader, value and term",
+	"status":     "list the locks held on a backend, and their holders",
+	"migrate":    "create the tables of an SQL backend ahead of first use",
+	"verify":     "prove the lock's guarantees on a store under injected faults",
+	"bench":      "measure a store with the standard workloads",
+	"version":    "print dlock's version and VCS revision",
+	"completion": "print a shell completion script (bash, zsh, fish)",
+	"help":       "show this text, or a command's flags and exit codes",
+}
+
+// commandExample is an example of each command for the overview.
+var commandExample = map[string]string{
+	"run":        "dlock run -n /tmp/backup.lock ./backup.sh",
+	"hold":       "dlock hold deploy",
+	"release":    "dlock release --force deploy",
+	"elect":      "dlock elect scheduler --value $(hostname) -- ./scheduler",
+	"leader":     "dlock leader scheduler --watch",
+	"status":     "dlock status --json",
+	"migrate":    "dlock migrate --url postgres://db/locks",
+	"verify":     "dlock verify --url redis://localhost:6379 --out /tmp/v",
+	"bench":      "dlock bench --url redis://localhost:6379",
+	"version":    "dlock version",
+	"completion": "source <(dlock completion bash)",
+	"help":       "dlock help run",
+}
 
 // sortCommands puts commands in commandOrder.
 func sortCommands() {
@@ -106,6 +151,9 @@ func dlockMain(args []string, e *env) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "--version", "-version", "-V":
+		fmt.Fprintln(e.stdout, versionLine())
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) == 1 || args[0] != "help" {
 			overview(e.stdout)
@@ -133,6 +181,12 @@ func dlockMain(args []string, e *env) int {
 			return exitOK
 		}
 		return usageError(e, c, "%v", err)
+	}
+	if d, ok := opts.(interface{ afterDashes(bool) }); ok {
+		// Whether the arguments left follow "--", which the flag package
+		// drops.
+		n := len(args) - 1 - fs.NArg()
+		d.afterDashes(n > 0 && args[n] == "--")
 	}
 	if !c.args && fs.NArg() > 0 {
 		return usageError(e, c, "unexpected arguments %q", fs.Args())
@@ -164,16 +218,18 @@ Usage:
 		// Wrapped lines hang under the first flag.
 		fmt.Fprintf(w, "  %s\n", wrap(c.synopsis, 2+len("dlock ")+len(c.name)+1, helpWidth))
 	}
-	fmt.Fprintf(w, `  dlock help [COMMAND]
-
-Commands:
-  run      run a command while holding a lock
-  status   list the locks held on a backend
-  migrate  create the tables of an SQL backend ahead of first use
-  verify   prove the lock's guarantees on a store under injected faults
-  bench    measure a store with the standard workloads
-  help     show this text, or a command's flags and exit codes
-
+	fmt.Fprintf(w, "  dlock help [COMMAND]\n")
+	for _, g := range commandGroups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, name := range g.names {
+			if name != "help" && lookup(name) == nil {
+				continue
+			}
+			fmt.Fprintf(w, "  %-10s  %s\n", name, commandSummary[name])
+			fmt.Fprintf(w, "  %-10s    e.g. %s\n", "", commandExample[name])
+		}
+	}
+	fmt.Fprintf(w, `
 %s
 Exit status: 0 on success, 2 for a configuration error (bad flags or URL),
 5 when the backend cannot be opened or does not answer, 6 when the store
@@ -199,15 +255,36 @@ func printUsage(w io.Writer, c *command) {
 	// every description starts at the same place.
 	width := 0
 	for _, o := range c.order {
-		width = max(width, len(o))
+		width = max(width, len(flagSpelling(o)))
 	}
-	indent := 2 + 2 + width + 2
+	indent := 2 + width + 2
 	var b strings.Builder
 	for _, o := range c.order {
-		name, _, _ := strings.Cut(o, " ")
-		fmt.Fprintf(&b, "  --%-*s  %s\n", width, o, wrap(fs.Lookup(name).Usage, indent, helpWidth))
+		names, _, _ := strings.Cut(o, " ")
+		name, _, _ := strings.Cut(names, "|")
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, flagSpelling(o), wrap(fs.Lookup(name).Usage, indent, helpWidth))
 	}
 	fmt.Fprint(w, strings.Replace(c.usage, "%FLAGS%", b.String(), 1))
+}
+
+// flagSpelling shows an entry of command.order as the help lists it:
+// "n|nb|nonblock D" as "-n, --nb, --nonblock D" (one letter takes one dash,
+// as flock(1) spells them).
+func flagSpelling(o string) string {
+	names, arg, _ := strings.Cut(o, " ")
+	var out []string
+	for _, n := range strings.Split(names, "|") {
+		if len(n) == 1 {
+			out = append(out, "-"+n)
+		} else {
+			out = append(out, "--"+n)
+		}
+	}
+	s := strings.Join(out, ", ")
+	if arg != "" {
+		s += " " + arg
+	}
+	return s
 }
 
 // helpWidth is the width the help's flag descriptions are wrapped to.

@@ -89,7 +89,7 @@ func testEnv(t *testing.T, extra ...string) []string {
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stdout bytes.Buffer
+	stdout syncBuffer
 	stderr syncBuffer
 	done   chan struct{}
 	code   int

@@ -64,3 +64,7 @@ func signalNumber(sig os.Signal) int {
 	}
 	return 0
 }
+
+// isTerminal reports whether f is a terminal: never, here, so that dlock
+// writes lines rather than redrawing one.
+func isTerminal(f *os.File) bool { return false }

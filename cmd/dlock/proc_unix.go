@@ -246,3 +246,12 @@ func tcsetpgrp(tty *os.File, pgrp int) error {
 	}
 	return nil
 }
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	if f == nil {
+		return false
+	}
+	_, err := tcgetpgrp(f)
+	return err == nil
+}

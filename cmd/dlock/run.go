@@ -35,18 +35,49 @@ const (
 func init() {
 	commands = append(commands, &command{
 		name:     "run",
-		synopsis: "dlock run [--url URL] [--connect-timeout D] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]",
+		synopsis: "dlock run [flags] NAME [--] COMMAND [ARG...] | NAME -c STRING | --name NAME -- COMMAND [ARG...]",
 		usage:    runUsage,
 		flags:    runFlagSet,
-		order:    []string{"url URL", "connect-timeout D", "name NAME", "ttl D", "wait D", "owner ID", "fair", "grace D", "verbose"},
+		order:    runOrder,
 		run:      runRun,
 		args:     true,
 	})
 }
 
-const runUsage = `Usage: dlock run [flags] --name NAME -- COMMAND [ARG...]
+// runOrder is the order of dlock run's flags in its help.
+var runOrder = []string{"url URL", "connect-timeout D", "name NAME", "n|nb|nonblock|nonblocking", "w|wait|timeout D",
+	"E|conflict-exit-code N", "c|command STRING", "s|shared", "x|e|exclusive", "limit N", "ttl D", "owner ID", "fair",
+	"grace D", "F|no-fork", "quiet", "verbose"}
+
+const runUsage = `Usage: dlock run [flags] NAME [--] COMMAND [ARG...]
+       dlock run [flags] NAME -c STRING
+       dlock run [flags] --name NAME -- COMMAND [ARG...]
 
 Run COMMAND while holding the lock NAME, like flock(1) across machines.
+
+With NAME as an argument, dlock run follows flock(1)'s conventions, so that
+a script written for flock (a file path as NAME) behaves the same: a busy
+lock exits 1 (or -E's code), a bad option 64, a command that cannot be
+executed 69, and nothing is said on stderr while waiting or when the lock is
+busy, unless --verbose or stderr is a terminal. With --name, dlock's own
+conventions hold: a busy lock exits 3 (or -E's code), a bad option 2, and
+dlock says on stderr who holds the lock while it waits. Both take every
+spelling flock has for the options they share (-n, --nb, --nonblock,
+--nonblocking; -w, --wait, --timeout; -E, --conflict-exit-code; -c,
+--command; -s, --shared; -x, -e, --exclusive; -F, --no-fork; --verbose).
+flock's -o (close), -u (unlock) and file-descriptor forms have no meaning
+here; -n and -w together are refused (flock lets -n win).
+
+What NAME is: a mutex (one holder) unless a flag says otherwise. --limit N
+makes it a semaphore of N permits (at most N holders at once; every holder
+must give the same N). -s takes a read lock and -x (or -e) the write lock of
+NAME as a read-write lock: readers share it, a writer excludes everyone.
+Note that a plain dlock run NAME (no -s, no -x) takes NAME as a mutex, as
+it always has, which a read-write lock of that name refuses: give -x to
+every writer of a name that readers take with -s.
+
+On a terminal, dlock keeps one line on stderr up to date while it waits:
+how long it has waited and for whom. --quiet silences it.
 
 dlock waits for the lock (for as long as it takes, as flock does, unless
 --wait says otherwise), runs COMMAND holding it, and releases it when COMMAND
@@ -133,7 +164,9 @@ Exit status:
           or dlock got signal N while it was waiting for the lock
   2       configuration error: a bad flag, URL, lock name, owner or TTL,
           mem://, or no home directory for the default database
-  3       the lock is busy: not acquired within --wait
+  1       with NAME as an argument (flock's conventions): the lock is busy,
+          not acquired within --wait (-E N: N instead)
+  3       with --name: the lock is busy, not acquired within --wait (-E N: N)
   4       the lock was not held throughout: the lease was lost while
           COMMAND ran (COMMAND was terminated, or had just exited), or the
           release found the lock taken over by another owner
@@ -144,40 +177,85 @@ Exit status:
   7       the release failed after COMMAND exited 0: the lock stays held
           until its TTL runs out (when COMMAND failed, its own status is
           kept and stderr says that the release failed too)
+  64      with NAME as an argument: a bad option (flock's EX_USAGE)
+  69      with NAME as an argument: COMMAND cannot be executed (flock's)
   126     COMMAND cannot be executed (e.g. permission denied)
   127     COMMAND was not found
   dlock writes a message on stderr for each code of its own, so a COMMAND
   that exits 2-7 itself can be told apart by the absence of one.
 
 Examples:
-  dlock run --name nightly -- ./job.sh              wait for the lock, then run
-  dlock run --name nightly --wait 0 -- ./job.sh     exit 3 at once if it is held
-  dlock run --name nightly --wait 5m --ttl 10s -- make deploy
+  dlock run nightly ./job.sh                       wait for the lock, then run
+  dlock run -n nightly ./job.sh                    exit 1 at once if it is held
+  dlock run -w 2.5 -E 75 nightly -c 'make deploy'  wait 2.5s at most, else 75
+  dlock run --limit 4 encoders -- ffmpeg ...       one of 4 permits
+  dlock run -s catalog -- ./read.sh                shared with other readers
+  dlock run -x catalog -- ./rebuild.sh             alone: no reader, no writer
+  dlock run --name nightly --wait 0 -- ./job.sh    exit 3 at once if it is held
 `
 
-// runFlags are the flags of dlock run.
+// runFlags are the flags of dlock run (and of hold and elect, which take
+// a lock the same way).
 type runFlags struct {
 	backendFlags
-	fs    *flag.FlagSet
-	name  string
-	ttl   optDuration
-	wait  optDuration
-	owner string
-	fair  bool
-	grace optDuration
+	fs       *flag.FlagSet
+	name     string
+	ttl      optDuration
+	wait     optDuration
+	waitErr  error // a bad -w/--wait/--timeout, reported by check
+	nonblock bool
+	conflict exitCodeFlag
+	command  string
+	mode     string // "", "shared" or "exclusive"
+	limit    int
+	owner    string
+	fair     bool
+	grace    optDuration
+	noFork   bool
+	quiet    bool
+	value    string // dlock elect's --value
+	elect    bool   // dlock elect: campaign rather than lock
+
+	flock  bool     // the name was an argument: flock(1)'s conventions
+	dashes bool     // the arguments followed "--": no NAME among them
+	argv   []string // the command to run
 }
 
 func runFlagSet(fs *flag.FlagSet) any {
 	f := &runFlags{fs: fs, grace: optDuration{d: defaultGrace}}
-	f.define(fs, "log the library's renewal errors and other details")
-	fs.StringVar(&f.name, "name", "", "the lock's name: 1-255 bytes of UTF-8 without NUL (required)")
+	f.define(fs, "print flock's lines (how long getting the lock took, the\ncommand executed, why it was not acquired) and the\nlibrary's renewal errors and other details")
+	fs.StringVar(&f.name, "name", "", "the lock's name: 1-255 bytes of UTF-8 without NUL; or give\nit as the first argument, as flock's FILE")
 	fs.Var(&f.ttl, "ttl", "lease time to live: how long the backend keeps the lock\nafter dlock stops renewing it, e.g. dies (default 30s,\nminimum 100ms)")
-	fs.Var(&f.wait, "wait", "how long to wait for the lock; without --wait, as long as\nit takes (like flock); 0: not at all, exit 3 if it is held\n(like flock -n); D: at most D, then exit 3 (like flock -w D)")
+	for _, n := range []string{"n", "nb", "nonblock", "nonblocking"} {
+		fs.BoolVar(&f.nonblock, n, false, "do not wait: fail at once if the lock is held (as --wait 0)")
+	}
+	for _, n := range []string{"w", "wait", "timeout"} {
+		fs.Var(lenientDuration{&f.wait, &f.waitErr}, n, "how long to wait for the lock, in seconds (fractions\nallowed) or a Go duration; without it, as long as it\ntakes (like flock); 0: not at all (like -n)")
+	}
+	for _, n := range []string{"E", "conflict-exit-code"} {
+		fs.Var(&f.conflict, n, "the exit code when the lock is busy (0-255; default 1 as\nflock's with NAME as an argument, 3 with --name)")
+	}
+	for _, n := range []string{"c", "command"} {
+		fs.StringVar(&f.command, n, "", "run STRING through $SHELL -c (else /bin/sh), as flock -c;\nno COMMAND may follow")
+	}
+	for _, n := range []string{"s", "shared"} {
+		fs.Var(modeFlag{&f.mode, "shared"}, n, "a read lock of the read-write lock NAME: shared with other\n-s holders, excluding -x")
+	}
+	for _, n := range []string{"x", "e", "exclusive"} {
+		fs.Var(modeFlag{&f.mode, "exclusive"}, n, "the write lock of the read-write lock NAME (see below)")
+	}
+	fs.IntVar(&f.limit, "limit", 0, "one of N permits of the semaphore NAME: at most N holders\nat once")
 	fs.StringVar(&f.owner, "owner", "", "explicit owner id: another dlock run with the same owner\nre-enters the lock while this one holds it (nested holds,\nsame token); default: a fresh random id per run")
 	fs.BoolVar(&f.fair, "fair", false, "acquire in arrival order among fair waiters")
 	fs.Var(&f.grace, "grace", "after SIGTERM on a lost lease, how long to wait before\nSIGKILL (default 10s)")
+	for _, n := range []string{"F", "no-fork"} {
+		fs.BoolVar(&f.noFork, n, false, "accepted for flock's scripts; dlock stays to renew the\nlease, and the exit status is the command's either way")
+	}
+	fs.BoolVar(&f.quiet, "quiet", false, "say nothing while waiting, on a terminal or not")
 	return f
 }
+
+func (f *runFlags) afterDashes(d bool) { f.dashes = d }
 
 func (f *runFlags) isSet(name string) bool {
 	set := false
@@ -185,16 +263,50 @@ func (f *runFlags) isSet(name string) bool {
 	return set
 }
 
+// usage reports a usage error: exit 64 under flock's conventions, else 2.
+func (f *runFlags) usage(e *env, cmd string, format string, args ...any) int {
+	code := usageError(e, lookup(cmd), format, args...)
+	if f.flock {
+		return flockUsage
+	}
+	return code
+}
+
+// conflictCode is the exit code of a busy lock.
+func (f *runFlags) conflictCode() int {
+	switch {
+	case f.conflict.set:
+		return f.conflict.code
+	case f.flock:
+		return flockConflict
+	}
+	return exitBusy
+}
+
+// silentWhenBusy says whether to keep quiet about waiting and a busy lock
+// off a terminal: flock does unless --verbose.
+func (f *runFlags) silentWhenBusy(e *env) bool {
+	return f.quiet || (f.flock && !f.verbose && !isTerminal(e.stderr))
+}
+
 func runRun(ctx context.Context, e *env, opts any, args []string) int {
 	f := opts.(*runFlags)
-	if code, ok := f.check(e, args); !ok {
+	cmdName := "run"
+	if f.elect {
+		cmdName = "elect"
+		if f.value == "" {
+			host, _ := os.Hostname()
+			f.value = fmt.Sprintf("%s/%d", host, os.Getpid())
+		}
+	}
+	if code, ok := f.check(e, cmdName, args, true); !ok {
 		return code
 	}
 	// Find the command before taking the lock.
-	cmd, err := findCommand(args)
+	cmd, err := findCommand(f.argv)
 	if err != nil {
-		e.errorf("cannot run %q: %v", args[0], err)
-		return startFailureCode(err)
+		e.errorf("cannot run %q: %v", f.argv[0], err)
+		return f.startFailureCode(err)
 	}
 	sigs := notifyForwarded()
 	defer signal.Stop(sigs)
@@ -215,7 +327,7 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 		}
 	}()
 
-	lease, err := acquire(ictx, e, client, f, f.mutexOptions())
+	lease, err := acquire(ictx, e, client, f)
 	if sig := interrupted(); sig != nil {
 		if lease != nil {
 			uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
@@ -225,32 +337,74 @@ func runRun(ctx context.Context, e *env, opts any, args []string) int {
 		return interruptCode(e, sig, fmt.Sprintf("while waiting for lock %q on %s", f.name, client))
 	}
 	if err != nil {
-		e.errorf("%v", err)
-		return errorCode(err)
+		return f.acquireFailed(e, client, err)
 	}
 	code = runHolding(e, f, lease, cmd, url, sigs)
 	return unlockAfter(e, f, lease, cmd, code)
 }
 
-// check refuses bad flags and a missing command with a usage error; ok is
-// false with the exit code when it does.
-func (f *runFlags) check(e *env, args []string) (code int, ok bool) {
-	c := lookup("run")
+// check refuses bad flags and a missing command with a usage error, and
+// sets f.name (from the first argument unless --name was given) and
+// f.argv; ok is false with the exit code when it refuses. withCommand
+// says whether the command takes one.
+func (f *runFlags) check(e *env, cmd string, args []string, withCommand bool) (code int, ok bool) {
+	if !f.isSet("name") {
+		if f.dashes && len(args) > 0 {
+			return usageError(e, lookup(cmd), "--name is required when the command follows -- at once; or give NAME before --"), false
+		}
+		if len(args) == 0 {
+			return usageError(e, lookup(cmd), "no lock name: give it as the first argument (or with --name)"), false
+		}
+		f.name, args, f.flock = args[0], args[1:], cmd == "run"
+	}
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	} else if len(args) > 0 && (args[0] == "-c" || args[0] == "--command") && f.flock {
+		// flock's place for -c: after the file.
+		if len(args) != 2 {
+			return f.usage(e, cmd, "-c requires exactly one command argument"), false
+		}
+		f.command, args = args[1], nil
+		if f.command == "" {
+			return f.usage(e, cmd, "-c requires exactly one command argument"), false
+		}
+	}
 	switch {
-	case !f.isSet("name"):
-		return usageError(e, c, "--name is required"), false
-	case len(args) == 0:
-		return usageError(e, c, "no command to run; give it after --"), false
+	case f.conflict.err != nil:
+		return f.usage(e, cmd, "-E: %v", f.conflict.err), false
+	case f.waitErr != nil:
+		return f.usage(e, cmd, "--wait: %v", f.waitErr), false
+	case f.nonblock && f.wait.set:
+		return f.usage(e, cmd, "-n and -w together: -n fails at once, -w waits; give one"), false
+	case withCommand && f.command != "" && len(args) > 0:
+		return f.usage(e, cmd, "-c requires exactly one command argument; %q follows it", args), false
+	case withCommand && f.command == "" && len(args) == 0 && f.flock:
+		return f.usage(e, cmd, "no command to run after %q; dlock has no form of flock's file-descriptor locks", f.name), false
+	case withCommand && f.command == "" && len(args) == 0:
+		return f.usage(e, cmd, "no command to run; give it after --"), false
+	case !withCommand && (len(args) > 0 || f.command != ""):
+		return f.usage(e, cmd, "unexpected arguments %q", args), false
 	case f.wait.d < 0:
-		return usageError(e, c, "--wait %v is negative", f.wait.d), false
+		return f.usage(e, cmd, "--wait %v is negative", f.wait.d), false
 	case f.grace.d < 0:
-		return usageError(e, c, "--grace %v is negative", f.grace.d), false
+		return f.usage(e, cmd, "--grace %v is negative", f.grace.d), false
+	case f.limit < 0 || (f.isSet("limit") && f.limit == 0):
+		return f.usage(e, cmd, "--limit %d: a semaphore has at least 1 permit", f.limit), false
+	case f.limit > 0 && f.mode != "":
+		return f.usage(e, cmd, "--limit and -s/-x together: a name is either a semaphore or a read-write lock"), false
+	}
+	if f.nonblock {
+		f.wait = optDuration{d: 0, set: true}
+	}
+	f.argv = args
+	if f.command != "" {
+		f.argv = shellCommand(e.getenv, f.command)
 	}
 	return 0, true
 }
 
-// mutexOptions are the lock's options that the flags set.
-func (f *runFlags) mutexOptions() []dlock.Option {
+// lockOptions are the lock's options that the flags set.
+func (f *runFlags) lockOptions() []dlock.Option {
 	mopts := []dlock.Option{}
 	if f.ttl.set {
 		mopts = append(mopts, dlock.TTL(f.ttl.d))
@@ -262,6 +416,60 @@ func (f *runFlags) mutexOptions() []dlock.Option {
 		mopts = append(mopts, dlock.Fair())
 	}
 	return mopts
+}
+
+// locker returns the lock the flags ask for: a mutex, unless --limit
+// (a semaphore's permit) or -s/-x (a read-write lock's side).
+func (f *runFlags) locker(c *dlock.Client, opts []dlock.Option) locker {
+	switch {
+	case f.elect:
+		el := c.Election(f.name, opts...)
+		return locker{fmt.Sprintf("leadership of election %q", f.name), func(ctx context.Context) (*dlock.Lease, error) { return el.Campaign(ctx, f.value) }, nil}
+	case f.limit > 0:
+		s := c.Semaphore(f.name, f.limit, opts...)
+		return locker{fmt.Sprintf("a permit of semaphore %q (of %d)", f.name, f.limit), s.Acquire, s.TryAcquire}
+	case f.mode == "shared":
+		rw := c.RWMutex(f.name, opts...)
+		return locker{fmt.Sprintf("a read lock of %q", f.name), rw.RLock, rw.TryRLock}
+	case f.mode == "exclusive":
+		rw := c.RWMutex(f.name, opts...)
+		return locker{fmt.Sprintf("the write lock of %q", f.name), rw.Lock, rw.TryLock}
+	}
+	m := c.Mutex(f.name, opts...)
+	return locker{fmt.Sprintf("lock %q", f.name), m.Lock, m.TryLock}
+}
+
+// acquireFailed reports a failed acquisition and returns the exit code:
+// a busy lock is the conflict code, silent under flock's conventions off
+// a terminal (flock's own line with --verbose).
+func (f *runFlags) acquireFailed(e *env, c *dlock.Client, err error) int {
+	code := errorCode(err)
+	if code != exitBusy {
+		e.errorf("%v", err)
+		if errors.Is(err, errors.ErrUnsupported) && errors.Is(err, dlock.ErrInvalidOption) {
+			e.errorf("the %s backend cannot hold this kind of lock; use one that can ('dlock help run')", c)
+		}
+		return code
+	}
+	switch {
+	case f.flock && f.verbose && f.wait.set && f.wait.d == 0:
+		e.errorf("failed to get lock")
+	case f.flock && f.verbose:
+		e.errorf("timeout while waiting to get lock")
+	}
+	if !f.silentWhenBusy(e) {
+		e.errorf("%v", err)
+	}
+	return f.conflictCode()
+}
+
+// startFailureCode is the exit code of a command that cannot be started:
+// flock's 69 under its conventions, else the shell's 127 or 126.
+func (f *runFlags) startFailureCode(err error) int {
+	if f.flock {
+		return flockNoExec
+	}
+	return startFailureCode(err)
 }
 
 // findCommand returns the command to run, or why it cannot be run.
@@ -321,8 +529,9 @@ func unlockAfter(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, code in
 	return code
 }
 
-// acquire takes the lock as --wait says.
-func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []dlock.Option) (*dlock.Lease, error) {
+// acquire takes the lock as --wait says, telling a person on stderr
+// what it waits for (see waitReport).
+func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, extra ...dlock.Option) (*dlock.Lease, error) {
 	holders := make(chan dlock.Holder, 1) // the last holder seen while waiting
 	remember := func(h dlock.Holder) {
 		select {
@@ -331,20 +540,38 @@ func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []
 		}
 		holders <- h
 	}
+	start := time.Now()
+	lk := f.locker(c, nil)
+	report := newWaitReport(e.stderr, isTerminal(e.stderr) && !f.quiet, f.silentWhenBusy(e), f.quiet, fmt.Sprintf("%s on %s", lk.kind, c))
+	defer report.end()
 	onWait := func(h dlock.Holder) {
-		e.errorf("waiting for lock %q on %s: %s", f.name, c, describeHolder(h))
+		report.onWait(h)
 		remember(h)
 	}
-	m := c.Mutex(f.name, append(mopts, dlock.OnWait(onWait))...)
-	if !f.wait.set {
-		return m.Lock(ctx)
+	lk = f.locker(c, append(append(f.lockOptions(), extra...), dlock.OnWait(onWait)))
+	l, err := acquireWith(ctx, f, lk, remember, holders)
+	if err == nil && f.verbose {
+		el := time.Since(start)
+		e.errorf("getting lock took %d.%06d seconds", el/time.Second, (el%time.Second)/time.Microsecond)
+	}
+	return l, err
+}
+
+func acquireWith(ctx context.Context, f *runFlags, lk locker, remember func(dlock.Holder), holders chan dlock.Holder) (*dlock.Lease, error) {
+	if !f.wait.set || lk.try == nil {
+		if f.wait.set {
+			wctx, cancel := context.WithTimeout(ctx, f.wait.d)
+			defer cancel()
+			ctx = wctx
+		}
+		return lk.lock(ctx)
 	}
 	// As flock -w: one attempt first, whatever --wait (a 1ms --wait must
 	// not fail on a free lock because the deadline cut the attempt short);
 	// the attempt is bounded by the backend's request timeout and by
 	// signals, not by --wait.
 	start := time.Now()
-	l, err := m.TryLock(ctx)
+	l, err := lk.try(ctx)
 	if f.wait.d == 0 || !errors.Is(err, dlock.ErrNotAcquired) || errors.Is(err, dlock.ErrBackendUnavailable) {
 		return l, err
 	}
@@ -355,7 +582,7 @@ func acquire(ctx context.Context, e *env, c *dlock.Client, f *runFlags, mopts []
 	if rest := f.wait.d - time.Since(start); rest > 0 {
 		wctx, cancel := context.WithTimeout(ctx, rest)
 		defer cancel()
-		l, err = m.Lock(wctx)
+		l, err = lk.lock(wctx)
 		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) ||
 			errors.Is(err, dlock.ErrBackendUnavailable) || ctx.Err() != nil {
 			return l, err
@@ -439,10 +666,13 @@ func runHolding(e *env, f *runFlags, lease *dlock.Lease, cmd *exec.Cmd, url stri
 	// startChild).
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if f.verbose {
+		e.errorf("executing %s", cmd.Args[0])
+	}
 	ch, err := startChild(cmd)
 	if err != nil {
 		e.errorf("cannot run %q: %v", cmd.Args[0], err)
-		return startFailureCode(err)
+		return f.startFailureCode(err)
 	}
 	name := cmd.Args[0]
 

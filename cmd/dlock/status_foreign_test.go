@@ -4,6 +4,7 @@ package main
 
 import (
 	"database/sql"
+	"encoding/json"
 	"net/url"
 	"strings"
 	"testing"
@@ -56,5 +57,19 @@ func TestStatusForeignData(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "2 of the listed locks") {
 		t.Errorf("stderr %q does not say that 2 records are foreign", r.stderr)
+	}
+
+	// --json lists the same three, the foreign ones marked.
+	r = runDlock(t, nil, "status", "--url", u, "--json")
+	var got []jsonInfo
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil {
+		t.Fatalf("--json: exit %d, %v; stdout:\n%s", r.code, err, r.stdout)
+	}
+	marked := map[string]bool{}
+	for _, in := range got {
+		marked[in.Name] = in.Foreign && in.ForeignData != ""
+	}
+	if len(got) != 3 || !marked["bad-token"] || !marked["bad-holds"] || marked["good"] {
+		t.Errorf("--json = %+v, want bad-token and bad-holds marked foreign, good not", got)
 	}
 }

@@ -28,7 +28,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("want a header and 3 locks:\n%s", r.stdout)
 	}
 	header := strings.Fields(lines[0])
-	if strings.Join(header, " ") != "NAME OWNER TOKEN HOLDS EXPIRES IN WAITERS" {
+	if strings.Join(header, " ") != "NAME OWNER TOKEN KIND WEIGHT HOLDS EXPIRES IN WAITERS" {
 		t.Errorf("header %q", lines[0])
 	}
 	// Columns are aligned: every row's owner starts where the header's does.
@@ -40,8 +40,8 @@ func TestStatus(t *testing.T) {
 		}
 		f := strings.Fields(row[col:])
 		// A new SQLite file's tokens start at the clock in µs.
-		if len(f) != 5 || !isToken(f[1]) || f[2] != "1" || !strings.HasSuffix(f[3], "s") || f[4] != "?" {
-			t.Errorf("row %d = %q, want a token, 1 hold, an expiry and ? waiters (sqlite does not see non-fair ones)", i+1, row)
+		if len(f) != 7 || !isToken(f[1]) || f[2] != "mutex" || f[3] != "1/1" || f[4] != "1" || !strings.HasSuffix(f[5], "s") || f[6] != "?" {
+			t.Errorf("row %d = %q, want a token, a mutex 1/1, 1 hold, an expiry and ? waiters (sqlite does not see non-fair ones)", i+1, row)
 		}
 	}
 
