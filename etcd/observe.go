@@ -30,7 +30,8 @@ func (b *Backend) Watch(ctx context.Context, name string) (dlock.Subscription, e
 		hub.mu.Unlock()
 		return nil, errors.New("etcd: the backend is closed")
 	}
-	ws := &watchSub{hub: hub, lw: lw, name: name, ch: make(chan struct{}, 1), gone: make(chan struct{})}
+	hub.monitorLocked()
+	ws := &watchSub{hub: hub, lw: lw, name: name, ch: make(chan struct{}, 1), gone: make(chan struct{}), drops: hub.drops}
 	lw.watchers = append(lw.watchers, ws)
 	hub.mu.Unlock()
 	select {
@@ -55,7 +56,10 @@ type watchSub struct {
 	name string
 	ch   chan struct{} // a change since the last Wait
 	gone chan struct{} // closed when the watch ended
-	once sync.Once
+	// drops is the count of connection drops (watchHub.drops) it has
+	// reported or that came before it.
+	drops uint64
+	once  sync.Once
 }
 
 // signal records a change for the next Wait.
@@ -72,50 +76,68 @@ func (ws *watchSub) endLocked() { ws.once.Do(func() { close(ws.gone) }) }
 // Wait returns when the name's keys changed since the subscription was
 // made or the previous Wait returned, or with an error when the watch
 // ended (the member lost its leader, the history was compacted, the
-// backend closed) or the connection to etcd dropped. A watch survives a
-// dropped connection (the etcd client resumes it where it stopped), but
-// the holders cannot be read meanwhile, so Wait says so: the Client
-// reports the error, reads the holders until it can, and so reports what
-// changed meanwhile.
+// backend closed) or the connection to etcd dropped meanwhile. A watch
+// survives a dropped connection (the etcd client resumes it where it
+// stopped), but the holders cannot be read meanwhile, so Wait says so:
+// the Client reports the error, reads the holders until it can, and so
+// reports what changed meanwhile.
 func (ws *watchSub) Wait(ctx context.Context) error {
-	select {
-	case <-ws.ch:
-		return nil
-	case <-ws.gone:
-		return fmt.Errorf("etcd: watching %q: the watch ended", ws.name)
-	default:
+	dropped, err := ws.dropped()
+	if err != nil {
+		return err
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	dropped := make(chan struct{})
-	go ws.hub.b.connDropped(wctx, dropped)
 	select {
 	case <-ws.ch:
-		return nil
+		_, err := ws.dropped() // a drop outranks the events it let through
+		return err
 	case <-ws.gone:
 		return fmt.Errorf("etcd: watching %q: the watch ended", ws.name)
 	case <-dropped:
-		return fmt.Errorf("etcd: watching %q: the connection to etcd dropped: %w", ws.name, dlock.ErrBackendUnavailable)
+		_, err := ws.dropped()
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// connDropped closes dropped when the client's connection leaves the
-// Ready state (every endpoint lost) before ctx ends. A connection that is
-// not ready yet is waited for first: only a drop seen now counts.
-func (b *Backend) connDropped(ctx context.Context, dropped chan struct{}) {
-	conn := b.cli.ActiveConnection()
-	st := conn.GetState()
-	for st != connectivity.Ready {
-		if !conn.WaitForStateChange(ctx, st) {
-			return
+// dropped returns an error if the connection dropped since the
+// subscription last looked, and otherwise the channel closed at the next
+// drop.
+func (ws *watchSub) dropped() (<-chan struct{}, error) {
+	hub := ws.hub
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	if hub.drops != ws.drops {
+		ws.drops = hub.drops
+		return nil, fmt.Errorf("etcd: watching %q: the connection to etcd dropped: %w", ws.name, dlock.ErrBackendUnavailable)
+	}
+	return hub.dropCh, nil
+}
+
+// monitorLocked starts, once, the goroutine that counts the drops of the
+// client's connection (every endpoint lost: the gRPC connection leaves
+// the Ready state) for the watchers, until the hub closes.
+func (hub *watchHub) monitorLocked() {
+	if hub.stopMonitor != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hub.stopMonitor, hub.dropCh = cancel, make(chan struct{})
+	conn := hub.b.cli.ActiveConnection()
+	hub.wg.Add(1)
+	go func() {
+		defer hub.wg.Done()
+		for st := conn.GetState(); conn.WaitForStateChange(ctx, st); st = conn.GetState() {
+			if st != connectivity.Ready {
+				continue
+			}
+			hub.mu.Lock()
+			hub.drops++
+			close(hub.dropCh)
+			hub.dropCh = make(chan struct{})
+			hub.mu.Unlock()
 		}
-		st = conn.GetState()
-	}
-	if conn.WaitForStateChange(ctx, connectivity.Ready) {
-		close(dropped)
-	}
+	}()
 }
 
 // Close ends the subscription; the watch closes watchLinger after its

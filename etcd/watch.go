@@ -32,7 +32,13 @@ type watchHub struct {
 	mu     sync.Mutex
 	byLock map[string]*lockWatch
 	closed bool
-	wg     sync.WaitGroup // the watches' dispatchers
+	wg     sync.WaitGroup // the watches' dispatchers and the monitor
+
+	// For Watch: how often the connection dropped, a channel closed at
+	// the next drop, and the end of the goroutine that counts them.
+	drops       uint64
+	dropCh      chan struct{}
+	stopMonitor context.CancelFunc
 }
 
 // lockWatch is the watch on one lock's prefix, or on one key, and the
@@ -438,6 +444,9 @@ func (lw *lockWatch) pruneLocked() {
 func (hub *watchHub) close() {
 	hub.mu.Lock()
 	hub.closed = true
+	if hub.stopMonitor != nil {
+		hub.stopMonitor()
+	}
 	for _, lw := range hub.byLock {
 		if lw.idle != nil {
 			lw.idle.Stop()
