@@ -70,7 +70,7 @@ func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	a := &acquisition{b: b, ctx: ctx, req: req, start: time.Now(), need: ttlSeconds(req.TTL),
 		lp: b.lockPrefix(req.Name), val: encode(req.Owner, 1)}
 	if req.Kind != dlock.KindMutex {
-		a.val = encodeValue(value{Owner: req.Owner, Holds: 1, Kind: req.Kind, Limit: req.Limit, Weight: req.Weight})
+		a.val = encodeValue(value{Owner: req.Owner, Holds: 1, Kind: req.Kind, Limit: req.Limit, Weight: req.Weight, Value: req.Value})
 	}
 	defer a.settle()
 	next := retry

@@ -61,7 +61,7 @@
 // # Semaphores and read-write locks
 //
 // The backend grants semaphores (limit 1 to [dlock.MaxLimit]), read-write
-// locks and elections ([Backend.CanGrant]) with the mutex's keys, shared
+// locks and elections ([Backend.CanGrant]; elections below) with the mutex's keys, shared
 // leases, renewals and releases; a request of a weighted kind is a key
 // whose value also holds the kind, the name's limit and the key's weight
 // (a reader 1, a writer [dlock.RWLimit]). A mutex's requests never take
@@ -120,4 +120,38 @@
 // transaction guarded by its create revision (the token) and its mod
 // revision: the key keeps its place, its lease and its token, no writer
 // can come in between, and the waiters that now fit see the put.
+//
+// # Elections and watching
+//
+// An election ([dlock.Client.Election]) is a weighted name of limit 1: its
+// requests take the weighted path above (a mutex's never do), so a
+// candidate is queued in create-revision order, the leader is the oldest
+// key, and the term is that key's create revision. A name used as a mutex
+// refuses a campaign, and an election's name refuses a mutex, with a
+// [*dlock.ConflictError], writing nothing. The key's value also holds
+// what the candidate publishes, shown by Inspect ([dlock.LockInfo].Value).
+// [Backend.Proclaim] rewrites it the way Downgrade rewrites a weight:
+// one read, then a put guarded by the key's create revision (the term)
+// and mod revision, so a leader whose key is gone (its lease expired, it
+// resigned) gets [dlock.ErrLeaseLost] and changes nothing.
+//
+// [Backend.Watch] ([dlock.Watcher]; Client.Watch and Election.Observe use
+// it) follows a name of any kind with the backend's watch of the name's
+// prefix that also sees puts — the one its weighted waiters share, opened
+// if need be and closed two seconds after its last user left — and
+// returns once etcd has created that watch. Every put or deletion under
+// the prefix signals the subscriptions: a grant, a queued waiter (a
+// spurious wake-up: the holders are the same), a release, an expiry
+// (etcd deletes the keys of an expired lease, and the watch sees it), a
+// downgrade, a new value. The Client then reads the holders with Inspect.
+// Nothing is written for a watcher: a grant costs the same requests
+// watched or not, and etcd sends the events. A watch survives a dropped
+// connection (the etcd client resumes it at the revision where it
+// stopped, so no event is lost), but while it is down the holders cannot
+// be read, so Wait returns an error matching [dlock.ErrBackendUnavailable]
+// as soon as the gRPC connection leaves the Ready state: the Client
+// reports it, reads the holders until it can again, and so reports what
+// changed meanwhile. A watch that etcd ends (the member lost its leader,
+// the history was compacted past it, the backend closed) also ends Wait
+// with an error, and the Client subscribes again.
 package etcd

@@ -136,7 +136,7 @@ func holders(name string, kvs []*mvccpb.KeyValue) []dlock.LockInfo {
 		v := decode(kv)
 		if why := foreign(kv); why != "" {
 			out = append(out, dlock.LockInfo{Name: name, Owner: v.Owner, Token: uint64(kv.CreateRevision),
-				Count: v.Holds, Kind: v.Kind, Limit: v.Limit, Weight: v.Weight, Bad: fmt.Sprintf("key %q: %s", kv.Key, why)})
+				Count: v.Holds, Kind: v.Kind, Limit: v.Limit, Weight: v.Weight, Value: v.Value, Bad: fmt.Sprintf("key %q: %s", kv.Key, why)})
 			continue
 		}
 		if limit == 0 {
@@ -147,7 +147,7 @@ func holders(name string, kvs []*mvccpb.KeyValue) []dlock.LockInfo {
 			continue
 		}
 		out = append(out, dlock.LockInfo{Name: name, Owner: v.Owner, Token: uint64(kv.CreateRevision),
-			Count: v.Holds, Kind: v.Kind, Limit: v.Limit, Weight: v.Weight})
+			Count: v.Holds, Kind: v.Kind, Limit: v.Limit, Weight: v.Weight, Value: v.Value})
 	}
 	for i := range out {
 		out[i].Waiters = waiters

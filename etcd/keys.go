@@ -166,13 +166,15 @@ func (b *Backend) nameOf(key string) (string, bool) {
 // reentrant owner; a waiting key holds 1 already, since when it becomes the
 // lowest key its owner holds the lock. A mutex's key holds only these two;
 // the key of a weighted kind also holds the kind, the name's limit and the
-// key's weight (see weighted.go).
+// key's weight (see weighted.go), and an election's key the value its
+// candidate publishes.
 type value struct {
 	Owner  string     `json:"owner"`
 	Holds  int        `json:"holds"`
 	Kind   dlock.Kind `json:"kind,omitempty"`
 	Limit  int        `json:"limit,omitempty"`
 	Weight int        `json:"weight,omitempty"`
+	Value  string     `json:"value,omitempty"` // an election leader's
 }
 
 func encode(owner string, holds int) string {
@@ -210,12 +212,13 @@ func foreign(kv *mvccpb.KeyValue) string {
 // badShape says what makes the kind, limit and weight of v impossible, or
 // "": a mutex's key has none; a weighted kind's has a limit in
 // [1, dlock.MaxLimit] (dlock.RWLimit for a read-write lock, 1 for an
-// election) and a weight in [1, limit].
+// election) and a weight in [1, limit]; only an election's key has a
+// value, of at most dlock.MaxValueLen bytes.
 func (v value) badShape() string {
 	switch {
 	case v.Kind == dlock.KindMutex:
-		if v.Limit != 0 || v.Weight != 0 {
-			return fmt.Sprintf("a mutex's key with limit %d and weight %d", v.Limit, v.Weight)
+		if v.Limit != 0 || v.Weight != 0 || v.Value != "" {
+			return fmt.Sprintf("a mutex's key with limit %d, weight %d and value %q", v.Limit, v.Weight, v.Value)
 		}
 	case v.Kind > dlock.KindElection:
 		return fmt.Sprintf("its kind %d is unknown", v.Kind)
@@ -225,6 +228,10 @@ func (v value) badShape() string {
 		return fmt.Sprintf("its weight %d is outside [1, %d], its limit", v.Weight, v.Limit)
 	case v.Kind == dlock.KindRWMutex && v.Limit != dlock.RWLimit, v.Kind == dlock.KindElection && v.Limit != 1:
 		return fmt.Sprintf("a %s's limit cannot be %d", v.Kind, v.Limit)
+	case v.Value != "" && v.Kind != dlock.KindElection:
+		return fmt.Sprintf("a %s's key with a value", dlock.Shape(v.Kind, v.Limit))
+	case len(v.Value) > dlock.MaxValueLen:
+		return fmt.Sprintf("its value is %d bytes, longer than %d", len(v.Value), dlock.MaxValueLen)
 	}
 	return ""
 }

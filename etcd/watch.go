@@ -32,7 +32,13 @@ type watchHub struct {
 	mu     sync.Mutex
 	byLock map[string]*lockWatch
 	closed bool
-	wg     sync.WaitGroup // the watches' dispatchers
+	wg     sync.WaitGroup // the watches' dispatchers and the monitor
+
+	// For Watch: how often the connection dropped, a channel closed at
+	// the next drop, and the end of the goroutine that counts them.
+	drops       uint64
+	dropCh      chan struct{}
+	stopMonitor context.CancelFunc
 }
 
 // lockWatch is the watch on one lock's prefix, or on one key, and the
@@ -51,8 +57,12 @@ type lockWatch struct {
 	// lowered holds the downgrades dispatched after floor, by key (puts).
 	lowered map[string]lowering
 	ahead   []*subscription // the weighted waiters
-	users   int
-	idle    *time.Timer
+	// watchers are the Watch subscriptions (on a watch with puts);
+	// created is closed once the watch is created or has ended.
+	watchers []*watchSub
+	created  chan struct{}
+	users    int
+	idle     *time.Timer
 }
 
 // subscription is one waiter's interest in the deletion of key, which
@@ -129,21 +139,47 @@ func (hub *watchHub) subscribeAhead(lp, own string, ownRev, seen int64, ah *ahea
 // joinLocked adds s to the watch id of lp, opening it if need be; nil if
 // the hub is closed (then s is woken).
 func (hub *watchHub) joinLocked(s *subscription, id, lp string, puts bool) *lockWatch {
-	if hub.closed {
+	lw := hub.useLocked(id, lp, puts)
+	if lw == nil {
 		s.wakeLocked()
+		return nil
+	}
+	s.lw = lw
+	return lw
+}
+
+// useLocked counts a user of the watch id of lp, opening it if need be;
+// nil if the hub is closed.
+func (hub *watchHub) useLocked(id, lp string, puts bool) *lockWatch {
+	if hub.closed {
 		return nil
 	}
 	lw := hub.byLock[id]
 	if lw == nil {
 		lw = hub.openLocked(id, lp, puts)
 	}
-	s.lw = lw
 	lw.users++
 	if lw.idle != nil {
 		lw.idle.Stop()
 		lw.idle = nil
 	}
 	return lw
+}
+
+// leaveLocked counts a user less of lw, which closes watchLinger after
+// its last user left.
+func (hub *watchHub) leaveLocked(lw *lockWatch) {
+	lw.users--
+	if lw.users == 0 && hub.byLock[lw.id] == lw {
+		lw.idle = time.AfterFunc(watchLinger, func() {
+			hub.mu.Lock()
+			defer hub.mu.Unlock()
+			if lw.users == 0 && hub.byLock[lw.id] == lw {
+				delete(hub.byLock, lw.id)
+				lw.cancel()
+			}
+		})
+	}
 }
 
 // judgeAheadLocked applies to a weighted waiter's keys what the watch saw
@@ -272,17 +308,7 @@ func (s *subscription) stop() {
 			lw.subs[s.key] = q
 		}
 	}
-	lw.users--
-	if lw.users == 0 && hub.byLock[lw.id] == lw {
-		lw.idle = time.AfterFunc(watchLinger, func() {
-			hub.mu.Lock()
-			defer hub.mu.Unlock()
-			if lw.users == 0 && hub.byLock[lw.id] == lw {
-				delete(hub.byLock, lw.id)
-				lw.cancel()
-			}
-		})
-	}
+	hub.leaveLocked(lw)
 }
 
 // openLocked starts the watch id of lp, a lock prefix or a key; with
@@ -291,7 +317,8 @@ func (hub *watchHub) openLocked(id, lp string, puts bool) *lockWatch {
 	// The watch outlives every waiter; it ends with the backend, after
 	// watchLinger without waiters, or when the member loses its leader.
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	lw := &lockWatch{id: id, lp: lp, puts: puts, cancel: cancel, deleted: make(map[string]int64), subs: make(map[string][]*subscription)}
+	lw := &lockWatch{id: id, lp: lp, puts: puts, cancel: cancel, deleted: make(map[string]int64),
+		subs: make(map[string][]*subscription), created: make(chan struct{})}
 	if hub.byLock == nil {
 		hub.byLock = make(map[string]*lockWatch)
 	}
@@ -324,6 +351,7 @@ func (hub *watchHub) dispatch(lw *lockWatch, wch clientv3.WatchChan) {
 		if resp.Created {
 			// etcd sends every event after the revision it answers with.
 			lw.ready, lw.floor = true, resp.Header.Revision
+			close(lw.created)
 			for _, q := range lw.subs {
 				for _, s := range q {
 					s.judgeLocked()
@@ -331,6 +359,11 @@ func (hub *watchHub) dispatch(lw *lockWatch, wch clientv3.WatchChan) {
 			}
 			for _, s := range lw.ahead {
 				s.judgeAheadLocked()
+			}
+		}
+		if len(resp.Events) > 0 {
+			for _, ws := range lw.watchers {
+				ws.signal()
 			}
 		}
 		for _, ev := range resp.Events {
@@ -372,6 +405,12 @@ func (hub *watchHub) dispatch(lw *lockWatch, wch clientv3.WatchChan) {
 	for _, s := range lw.ahead {
 		s.endLocked()
 	}
+	if !lw.ready {
+		close(lw.created)
+	}
+	for _, ws := range lw.watchers {
+		ws.endLocked()
+	}
 	hub.mu.Unlock()
 }
 
@@ -405,6 +444,9 @@ func (lw *lockWatch) pruneLocked() {
 func (hub *watchHub) close() {
 	hub.mu.Lock()
 	hub.closed = true
+	if hub.stopMonitor != nil {
+		hub.stopMonitor()
+	}
 	for _, lw := range hub.byLock {
 		if lw.idle != nil {
 			lw.idle.Stop()

@@ -20,6 +20,7 @@ import (
 
 var _ dlock.Granter = (*Backend)(nil)
 var _ dlock.Downgrader = (*Backend)(nil)
+var _ dlock.Proclaimer = (*Backend)(nil)
 
 // CanGrant says yes to semaphores, read-write locks and elections with a
 // limit of 1 to dlock.MaxLimit: etcd's transactions keep every rule of the
@@ -268,13 +269,47 @@ func (w *waiter) judge(rr *etcdserverpb.RangeResponse, rev int64) error {
 }
 
 // Downgrade lowers the weight of the hold h to weight in place (a writer
-// becoming a reader): one read of its key and a transaction that rewrites
-// the key's value only if the key is still h's (its create revision, the
-// token) and unchanged since the read. The key keeps its place in the
-// queue, its lease and its token; the waiters that now fit see the change
-// through their watch. A weight above the hold's is refused (matching
-// dlock.ErrUpgrade); a key that is gone or not h's is dlock.ErrLeaseLost.
+// becoming a reader) with [Backend.rewrite]: the key keeps its place in
+// the queue, its lease and its token; the waiters that now fit see the
+// change through their watch. A weight above the hold's is refused
+// (matching dlock.ErrUpgrade); a key that is gone or not h's is
+// dlock.ErrLeaseLost.
 func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error {
+	return b.rewrite(ctx, h, "downgrading", func(key string, v *value) (bool, error) {
+		switch {
+		case v.Kind == dlock.KindMutex:
+			return false, errkind.Errorf(dlock.ErrInvalidOption, "etcd: key %s is a mutex's; it has no weight to lower", key)
+		case weight < 1 || weight > v.Weight:
+			return false, fmt.Errorf("etcd: key %s holds %d, asks %d: %w", key, v.Weight, weight, dlock.ErrUpgrade)
+		case weight == v.Weight:
+			return false, nil
+		}
+		v.Weight = weight
+		return true, nil
+	})
+}
+
+// Proclaim replaces the value that the hold h, an election's leader,
+// publishes, with [Backend.rewrite]: the key keeps its lease and its
+// token, and the name's watchers see the put. A key that is gone or not
+// h's is dlock.ErrLeaseLost.
+func (b *Backend) Proclaim(ctx context.Context, h dlock.Hold, val string) error {
+	return b.rewrite(ctx, h, "proclaiming", func(key string, v *value) (bool, error) {
+		if v.Kind != dlock.KindElection {
+			return false, errkind.Errorf(dlock.ErrInvalidOption, "etcd: key %s is a %s's, not an election's", key, v.Kind)
+		}
+		v.Value = val
+		return true, nil
+	})
+}
+
+// rewrite changes the value of the key of hold h in place: one read of
+// the key and a transaction that puts what change made of its value only
+// if the key is still h's (its create revision, the token) and unchanged
+// since the read, so that nothing comes in between; change returns false
+// to leave the key as it is. A key that is gone or not h's is
+// dlock.ErrLeaseLost.
+func (b *Backend) rewrite(ctx context.Context, h dlock.Hold, what string, change func(key string, v *value) (bool, error)) error {
 	hd, err := b.resolve(ctx, h)
 	if err != nil {
 		return err
@@ -283,7 +318,7 @@ func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error
 	for range 10 {
 		resp, err := b.cli.Get(ctx, hd.key)
 		if err != nil {
-			return wrap(ctx, "downgrading", err)
+			return wrap(ctx, what, err)
 		}
 		it := &renewal{h: hd, owner: h.Owner, token: token}
 		if len(resp.Kvs) > 0 {
@@ -293,26 +328,20 @@ func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error
 			return it.err
 		}
 		v := decode(it.kv)
-		switch {
-		case v.Kind == dlock.KindMutex:
-			return errkind.Errorf(dlock.ErrInvalidOption, "etcd: key %s is a mutex's; it has no weight to lower", hd.key)
-		case weight < 1 || weight > v.Weight:
-			return fmt.Errorf("etcd: key %s holds %d, asks %d: %w", hd.key, v.Weight, weight, dlock.ErrUpgrade)
-		case weight == v.Weight:
-			return nil
+		if put, err := change(hd.key, &v); !put || err != nil {
+			return err
 		}
-		v.Weight = weight
 		tr, err := b.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(hd.key), "=", token),
 				clientv3.Compare(clientv3.ModRevision(hd.key), "=", it.kv.ModRevision)).
 			Then(clientv3.OpPut(hd.key, encodeValue(v), clientv3.WithIgnoreLease())).
 			Commit()
 		if err != nil {
-			return wrap(ctx, "downgrading", err)
+			return wrap(ctx, what, err)
 		}
 		if tr.Succeeded {
 			return nil
 		}
 	}
-	return errors.New("etcd: downgrading: the key kept changing")
+	return fmt.Errorf("etcd: %s: the key kept changing", what)
 }
