@@ -78,10 +78,12 @@ ensure_go() {
 # modules from GitHub, with this repository's committed HEAD standing in for
 # GitHub: the go command clones github.com/dlock-dev/dlock from a bare
 # clone of HEAD's branch (git's url.insteadOf), without the proxy or the
-# checksum database for it (GOPRIVATE), outside the workspace (GOWORK=off),
-# into a module cache of its own; other modules come from the local module
-# cache, else the usual proxy. It sets SANDBOX to a temporary directory that
-# is removed on exit.
+# checksum database for it (GOPRIVATE), outside the workspace (GOWORK=off).
+# The module cache is the usual one (a version there is what GitHub would
+# serve for that commit), unless DLOCK_SANDBOX_MODCACHE=1 asks for one of
+# its own, as on a fresh machine (slower: every dependency is unpacked
+# again; other modules then come from the usual cache as a proxy). It sets
+# SANDBOX to a temporary directory that is removed on exit.
 module_sandbox() {
 	local proxy modcache
 	proxy=$(go env GOPROXY)
@@ -94,9 +96,11 @@ module_sandbox() {
 	git clone -q --bare --single-branch "$DLOCK_ROOT" "$SANDBOX/dlock.git"
 	printf '[url "file://%s/dlock.git"]\n\tinsteadOf = https://github.com/dlock-dev/dlock\n' "$SANDBOX" >"$SANDBOX/gitconfig"
 	export GIT_CONFIG_GLOBAL="$SANDBOX/gitconfig" GIT_CONFIG_NOSYSTEM=1
-	export GOWORK=off GOPRIVATE=github.com/dlock-dev/dlock GOMODCACHE="$SANDBOX/mod"
-	export GOPROXY="file://$modcache/cache/download,$proxy"
-	export GOFLAGS="-modcacherw"
+	export GOWORK=off GOPRIVATE=github.com/dlock-dev/dlock
+	if [ "${DLOCK_SANDBOX_MODCACHE:-}" = 1 ]; then
+		export GOMODCACHE="$SANDBOX/mod" GOPROXY="file://$modcache/cache/download,$proxy"
+		export GOFLAGS="${GOFLAGS:+$GOFLAGS }-modcacherw"
+	fi
 }
 
 # pseudo_version prints the Go pseudo-version of commit $1 (no tags yet).
