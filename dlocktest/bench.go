@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/workload"
 )
 
 // Locker is the least a lock library must offer to run the benchmark
@@ -50,7 +51,7 @@ func Bench(b *testing.B, newBackend Factory, bopts ...BenchOption) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { c.Close() })
-				return clientLocker{c}
+				return workload.ClientLocker(c)
 			})
 			b.Run("Herd", func(b *testing.B) { BenchHerd(b, newBackend, opts, bopts...) })
 		})
@@ -58,19 +59,9 @@ func Bench(b *testing.B, newBackend Factory, bopts ...BenchOption) {
 	b.Run("Held", func(b *testing.B) { BenchHeld(b, newBackend, bopts...) })
 }
 
-type clientLocker struct{ c *dlock.Client }
-
-func (l clientLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
-	lease, err := l.c.Mutex(name).Lock(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return lease.Unlock, nil
-}
-
 // ContendedWork is the work each contender of the Contended workloads does
 // while it holds the lock.
-const ContendedWork = 100 * time.Microsecond
+const ContendedWork = workload.ContendedWork
 
 // BenchLockers runs the workloads of [Bench] on lockers made by newLocker;
 // each call stands for a separate process with its own connection.
@@ -95,11 +86,11 @@ func benchLockers(b *testing.B, newLocker func(b *testing.B) Locker, d time.Dura
 	ctx := context.Background()
 	b.Run("Uncontended", func(b *testing.B) {
 		l := newLocker(b)
-		report(b)(uncontended(ctx, l, prefix+"u", opsSpan(b.N, b.ResetTimer)))
+		report(b)(workload.Uncontended(ctx, l, prefix+"u", workload.OpsSpan(b.N, b.ResetTimer)))
 	})
 	b.Run("DistinctNames", func(b *testing.B) {
 		l := newLocker(b)
-		report(b)(distinct(ctx, l, prefix+"d/", 32, opsSpan(b.N, b.ResetTimer)))
+		report(b)(workload.Distinct(ctx, l, prefix+"d/", 32, workload.OpsSpan(b.N, b.ResetTimer)))
 	})
 	for _, n := range []int{8, 64} {
 		name := "Contended"
@@ -107,27 +98,26 @@ func benchLockers(b *testing.B, newLocker func(b *testing.B) Locker, d time.Dura
 			name += strconv.Itoa(n)
 		}
 		b.Run(name, func(b *testing.B) {
-			lockers := make([]Locker, n)
+			lockers := make([]workload.Locker, n)
 			for i := range lockers {
 				lockers[i] = newLocker(b)
 			}
-			sp := opsSpan(b.N, b.ResetTimer)
+			sp := workload.OpsSpan(b.N, b.ResetTimer)
 			if d > 0 {
-				sp = timeSpan(d)
-				sp.onBegin = b.ResetTimer
+				sp = workload.TimeSpan(d, b.ResetTimer)
 			}
-			report(b)(contended(ctx, lockers, prefix+name, ContendedWork, sp))
+			report(b)(workload.Contended(ctx, lockers, prefix+name, ContendedWork, sp))
 		})
 	}
 }
 
 // report returns a function that reports r's metrics on b, or fails b
 // with err.
-func report(b *testing.B) func(r Result, err error) {
-	return func(r Result, err error) {
+func report(b *testing.B) func(r workload.Result, err error) {
+	return func(r workload.Result, err error) {
 		b.StopTimer()
 		switch {
-		case errors.Is(err, errTooSlow):
+		case errors.Is(err, workload.ErrTooSlow):
 			b.Skip(err)
 		case err != nil:
 			b.Fatal(err)

@@ -1,48 +1,24 @@
 package dlocktest
 
 import (
-	"errors"
-	"os"
-	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/internal/workload"
 )
 
 // BenchOption adjusts the scale workloads of [Bench], [BenchHeld] and
 // [BenchHerd].
-type BenchOption interface{ applyBench(*benchConfig) }
+type BenchOption interface{ applyBench(*workload.Config) }
 
-type benchConfig struct {
-	held        []int
-	heldTTL     time.Duration // 0: heldTTLFor's default by size
-	heldBudget  time.Duration
-	herd        []int
-	herdClients int
-	store       func() int64
-}
+type benchOptionFunc func(*workload.Config)
 
-type benchOptionFunc func(*benchConfig)
+func (f benchOptionFunc) applyBench(c *workload.Config) { f(c) }
 
-func (f benchOptionFunc) applyBench(c *benchConfig) { f(c) }
-
-func newBenchConfig(opts []BenchOption) benchConfig {
-	c := benchConfig{
-		held:        []int{10_000, 100_000},
-		heldBudget:  3 * time.Minute,
-		herd:        []int{10, 100, 1000},
-		herdClients: 10,
-	}
-	if ttl, err := time.ParseDuration(os.Getenv("DLOCK_BENCH_HELD_TTL")); err == nil && ttl > 0 {
-		c.heldTTL = ttl
-	}
-	if d, err := time.ParseDuration(os.Getenv("DLOCK_BENCH_HELD_BUDGET")); err == nil && d > 0 {
-		c.heldBudget = d
-	}
+func newBenchConfig(opts []BenchOption) workload.Config {
+	c := workload.DefaultConfig()
 	for _, o := range opts {
 		o.applyBench(&c)
 	}
@@ -52,7 +28,7 @@ func newBenchConfig(opts []BenchOption) benchConfig {
 // HeldSizes sets the numbers of leases the Held workload holds at once,
 // one sub-benchmark each; the default is 10,000 and 100,000.
 func HeldSizes(n ...int) BenchOption {
-	return benchOptionFunc(func(c *benchConfig) { c.held = n })
+	return benchOptionFunc(func(c *workload.Config) { c.Held = n })
 }
 
 // HeldTTL sets the TTL of the Held workload's leases (default: 3 s per
@@ -68,19 +44,11 @@ func HeldSizes(n ...int) BenchOption {
 // second, more than a Redis server on a busy 2-core machine executes
 // while it also grants the leases being taken.
 func HeldTTL(d time.Duration) BenchOption {
-	return benchOptionFunc(func(c *benchConfig) {
+	return benchOptionFunc(func(c *workload.Config) {
 		if d > 0 {
-			c.heldTTL = d
+			c.HeldTTL = d
 		}
 	})
-}
-
-// heldTTLFor returns the TTL of the Held workload of n leases.
-func (c benchConfig) heldTTLFor(n int) time.Duration {
-	if c.heldTTL > 0 {
-		return c.heldTTL
-	}
-	return 3 * time.Second * time.Duration(max(1, n/10_000))
 }
 
 // HeldBudget bounds the time the Held workload spends taking its leases
@@ -88,19 +56,19 @@ func (c benchConfig) heldTTLFor(n int) time.Duration {
 // DLOCK_BENCH_HELD_BUDGET); a size that takes longer is skipped, with the
 // rate it reached, rather than measured.
 func HeldBudget(d time.Duration) BenchOption {
-	return benchOptionFunc(func(c *benchConfig) { c.heldBudget = d })
+	return benchOptionFunc(func(c *workload.Config) { c.HeldBudget = d })
 }
 
 // HerdSizes sets the numbers of waiters of the Herd workload, one
 // sub-benchmark each; the default is 10, 100 and 1,000.
 func HerdSizes(n ...int) BenchOption {
-	return benchOptionFunc(func(c *benchConfig) { c.herd = n })
+	return benchOptionFunc(func(c *workload.Config) { c.Herd = n })
 }
 
 // HerdClients sets how many Clients (each with a backend of its own) share
 // the Herd workload's waiters; the default is 10.
 func HerdClients(n int) BenchOption {
-	return benchOptionFunc(func(c *benchConfig) { c.herdClients = n })
+	return benchOptionFunc(func(c *workload.Config) { c.HerdClients = n })
 }
 
 // StoreRequests gives the scale workloads a count of the requests that
@@ -108,7 +76,7 @@ func HerdClients(n int) BenchOption {
 // caller in its driver, for every backend the factory makes); they then
 // report it beside their own count of backend calls.
 func StoreRequests(count func() int64) BenchOption {
-	return benchOptionFunc(func(c *benchConfig) { c.store = count })
+	return benchOptionFunc(func(c *workload.Config) { c.Requests = count })
 }
 
 // BenchHeld runs the Held workload for each size n (see [HeldSizes]): one
@@ -141,8 +109,8 @@ func StoreRequests(count func() int64) BenchOption {
 // Run it once per size: -benchtime 1x. It ignores b.N.
 func BenchHeld(b *testing.B, newBackend Factory, opts ...BenchOption) {
 	cfg := newBenchConfig(opts)
-	for _, n := range cfg.held {
-		b.Run(strconv.Itoa(n), func(b *testing.B) { report(b)(held(backendOf(b, newBackend), cfg, n)) })
+	for _, n := range cfg.Held {
+		b.Run(strconv.Itoa(n), func(b *testing.B) { report(b)(workload.Held(backendOf(b, newBackend), cfg, n)) })
 	}
 }
 
@@ -164,52 +132,14 @@ func BenchHeld(b *testing.B, newBackend Factory, opts ...BenchOption) {
 //     the next grant.
 func BenchHerd(b *testing.B, newBackend Factory, opts []dlock.Option, bopts ...BenchOption) {
 	cfg := newBenchConfig(bopts)
-	for _, w := range cfg.herd {
+	for _, w := range cfg.Herd {
 		b.Run(strconv.Itoa(w), func(b *testing.B) {
-			report(b)(herd(backendOf(b, newBackend), opts, cfg, w, opsSpan(b.N, b.ResetTimer)))
+			report(b)(workload.Herd(backendOf(b, newBackend), opts, cfg, w, workload.OpsSpan(b.N, b.ResetTimer)))
 		})
 	}
 }
 
-// backendFunc makes the backend of one more Client of a scale workload.
-type backendFunc func() (dlock.Backend, error)
-
 // backendOf adapts a Factory to the scale workloads, on b.
-func backendOf(b *testing.B, f Factory) backendFunc {
+func backendOf(b *testing.B, f Factory) workload.BackendFunc {
 	return func() (dlock.Backend, error) { return f(b), nil }
-}
-
-// errTooSlow says that a workload could not set itself up within its
-// budget: the benchmark skips it rather than measure it.
-var errTooSlow = errors.New("too slow for this size, skipped")
-
-func storeCount(cfg benchConfig) int64 {
-	if cfg.store == nil {
-		return 0
-	}
-	return cfg.store()
-}
-
-// heapInUse returns the bytes in in-use heap spans after a GC.
-func heapInUse() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
-}
-
-// parallel calls f(i) for every i in [0, n), 64 at a time.
-func parallel(n int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(n, 64) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				f(int(i))
-			}
-		}()
-	}
-	wg.Wait()
 }

@@ -73,3 +73,40 @@ ensure_go() {
 	export PATH
 	go_ok || { log "Go install failed"; return 1; }
 }
+
+# module_sandbox sets up the environment of a user who fetches dlock's
+# modules from GitHub, with this repository's committed HEAD standing in for
+# GitHub: the go command clones github.com/dlock-dev/dlock from a bare
+# clone of HEAD's branch (git's url.insteadOf), without the proxy or the
+# checksum database for it (GOPRIVATE), outside the workspace (GOWORK=off).
+# The module cache is the usual one (a version there is what GitHub would
+# serve for that commit), unless DLOCK_SANDBOX_MODCACHE=1 asks for one of
+# its own, as on a fresh machine (slower: every dependency is unpacked
+# again; other modules then come from the usual cache as a proxy). It sets
+# SANDBOX to a temporary directory that is removed on exit.
+module_sandbox() {
+	local proxy modcache
+	proxy=$(go env GOPROXY)
+	modcache=$(go env GOMODCACHE)
+	SANDBOX=$(mktemp -d)
+	trap 'chmod -R u+w "$SANDBOX" 2>/dev/null; rm -rf "$SANDBOX"' EXIT
+	if [ -n "$(git -C "$DLOCK_ROOT" status --porcelain --untracked-files=no)" ]; then
+		log "note: uncommitted changes are not part of the check (it uses HEAD)"
+	fi
+	git clone -q --bare --single-branch "$DLOCK_ROOT" "$SANDBOX/dlock.git"
+	printf '[url "file://%s/dlock.git"]\n\tinsteadOf = https://github.com/dlock-dev/dlock\n' "$SANDBOX" >"$SANDBOX/gitconfig"
+	export GIT_CONFIG_GLOBAL="$SANDBOX/gitconfig" GIT_CONFIG_NOSYSTEM=1
+	export GOWORK=off GOPRIVATE=github.com/dlock-dev/dlock
+	if [ "${DLOCK_SANDBOX_MODCACHE:-}" = 1 ]; then
+		export GOMODCACHE="$SANDBOX/mod" GOPROXY="file://$modcache/cache/download,$proxy"
+		export GOFLAGS="${GOFLAGS:+$GOFLAGS }-modcacherw"
+	fi
+}
+
+# pseudo_version prints the Go pseudo-version of commit $1 (no tags yet).
+pseudo_version() {
+	local t h
+	t=$(TZ=UTC git -C "$DLOCK_ROOT" show -s --date=format-local:%Y%m%d%H%M%S --format=%cd "$1")
+	h=$(git -C "$DLOCK_ROOT" rev-parse --short=12 "$1")
+	printf 'v0.0.0-%s-%s\n' "$t" "$h"
+}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/dlock-dev/dlock"
-	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/internal/redact"
+	"github.com/dlock-dev/dlock/internal/workload"
 )
 
 func init() {
@@ -77,7 +77,7 @@ type benchFlags struct {
 func benchFlagSet(fs *flag.FlagSet) any {
 	f := &benchFlags{}
 	urlFlag(fs, &f.url, &f.connect)
-	fs.StringVar(&f.workloads, "workloads", strings.Join(dlocktest.Workloads, ","), "the workloads to run, in order, separated by commas")
+	fs.StringVar(&f.workloads, "workloads", strings.Join(workload.Workloads, ","), "the workloads to run, in order, separated by commas")
 	fs.Var(&f.duration, "duration", "how long each workload is measured (default 4s)")
 	fs.BoolVar(&f.fair, "fair", false, "lock with dlock.Fair(): waiters are granted in arrival order")
 	fs.BoolVar(&f.json, "json", false, "print the results as JSON instead of a table")
@@ -109,10 +109,10 @@ func runBench(ctx context.Context, e *env, opts any, args []string) int {
 	for i := range workloads {
 		workloads[i] = strings.TrimSpace(workloads[i])
 	}
-	if err := dlocktest.CheckWorkloads(workloads); err != nil {
+	if err := workload.CheckWorkloads(workloads); err != nil {
 		return usageError(e, c, "--workloads: %v", err)
 	}
-	wc := dlocktest.WorkloadConfig{Duration: 4 * time.Second}
+	wc := workload.WorkloadConfig{Duration: 4 * time.Second}
 	if f.duration.set {
 		if f.duration.d <= 0 {
 			return usageError(e, c, "--duration %v: must be positive", f.duration.d)
@@ -130,7 +130,7 @@ func runBench(ctx context.Context, e *env, opts any, args []string) int {
 		progress := func(phase string) {
 			fmt.Fprintf(e.stderr, "dlock bench: [%d/%d] %s\n", i+1, len(workloads), phase)
 		}
-		rs, err := dlocktest.RunWorkload(ctx, store.Store, w, wc, progress)
+		rs, err := workload.RunWorkload(ctx, store.Store, w, wc, progress)
 		for _, r := range rs {
 			rep.Results = append(rep.Results, toBenchResult(r))
 		}
@@ -154,7 +154,7 @@ func runBench(ctx context.Context, e *env, opts any, args []string) int {
 
 // openedStore is the store dlock bench measures, with what closes it.
 type openedStore struct {
-	dlocktest.Store
+	workload.Store
 	what  string // what Store.Requests counts
 	close func()
 }
@@ -182,7 +182,7 @@ func benchStore(ctx context.Context, e *env, f *benchFlags) (openedStore, *url.U
 		e.errorf("%v", err)
 		return openedStore{}, nil, exitUsage
 	}
-	s := openedStore{Store: dlocktest.Store{NewBackend: func(ctx context.Context) (dlock.Backend, error) {
+	s := openedStore{Store: workload.Store{NewBackend: func(ctx context.Context) (dlock.Backend, error) {
 		octx, cancel := openContext(ctx, f.url, f.connect)
 		defer cancel()
 		return open(octx, u)
@@ -195,7 +195,7 @@ func benchStore(ctx context.Context, e *env, f *benchFlags) (openedStore, *url.U
 	return s, u, exitOK
 }
 
-func toBenchResult(r dlocktest.Result) benchResult {
+func toBenchResult(r workload.Result) benchResult {
 	br := benchResult{Workload: r.Workload, Ops: r.Ops, Seconds: r.Elapsed.Seconds(), Metrics: make(map[string]float64, len(r.Metrics))}
 	for _, x := range r.Metrics {
 		br.Metrics[x.Unit] = x.Value

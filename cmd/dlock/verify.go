@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-dev/dlock/cmd/dlock/internal/verify"
 	"github.com/dlock-dev/dlock/internal/redact"
-	"github.com/dlock-dev/dlock/internal/verify"
 )
 
 // verifyWorkerEnv carries a worker's configuration, as JSON, to the dlock

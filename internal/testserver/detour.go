@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"sync/atomic"
-	"testing"
 )
 
 // Detour sends a client's connections through a [Proxy] until Silence,
@@ -18,7 +17,7 @@ type Detour struct {
 }
 
 // NewDetour starts a Detour to target (host:port).
-func NewDetour(t testing.TB, target string) *Detour {
+func NewDetour(t T, target string) *Detour {
 	return &Detour{Proxy: NewProxy(t, target)}
 }
 

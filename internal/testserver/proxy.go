@@ -3,7 +3,6 @@ package testserver
 import (
 	"net"
 	"sync"
-	"testing"
 )
 
 // Proxy is a TCP proxy in front of one server, for tests of a link that
@@ -25,11 +24,11 @@ type Proxy struct {
 }
 
 // NewProxy starts a proxy to target (host:port) on a free loopback port.
-func NewProxy(t testing.TB, target string) *Proxy {
+func NewProxy(t T, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	p := &Proxy{target: target, ln: ln, conns: make(map[net.Conn]struct{})}
 	p.wg.Add(1)

@@ -1,4 +1,4 @@
-package dlocktest
+package workload
 
 import (
 	"context"
@@ -97,8 +97,9 @@ func TestScaleWorkloads(t *testing.T) {
 	}
 	s := mem.NewStore()
 	f := func() (dlock.Backend, error) { return s.Backend(), nil }
-	cfg := newBenchConfig([]BenchOption{HeldTTL(time.Second), HerdClients(2)})
-	r, err := held(f, cfg, 200)
+	cfg := DefaultConfig()
+	cfg.HeldTTL, cfg.HerdClients = time.Second, 2
+	r, err := Held(f, cfg, 200)
 	t.Logf("Held: %v", r)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func TestScaleWorkloads(t *testing.T) {
 		t.Errorf("Held: %v; want lost 0, renewals/lease >= 3, goroutines > 0", r.Metrics)
 	}
 	for _, opts := range [][]dlock.Option{nil, {dlock.Fair()}} {
-		r, err := herd(f, opts, cfg, 5, opsSpan(50, nil))
+		r, err := Herd(f, opts, cfg, 5, OpsSpan(50, nil))
 		t.Logf("Herd: %v", r)
 		if err != nil {
 			t.Fatal(err)

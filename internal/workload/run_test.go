@@ -1,4 +1,4 @@
-package dlocktest
+package workload
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package dlocktest
+package workload
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 )
 
 // Workloads are the workloads [RunWorkload] knows, in the order they are
-// best run: each is what [Bench] runs under the same name, measured for a
+// best run: each is what dlocktest.Bench runs under the same name, measured for a
 // time instead of a number of operations. "herd" and "held" run every size
 // of [WorkloadConfig]; "herdN" and "heldN" run size N alone.
 var Workloads = []string{"uncontended", "distinct", "contended8", "contended64", "herd", "held"}
@@ -32,13 +32,13 @@ type Store struct {
 }
 
 // WorkloadConfig sets the durations and sizes of [RunWorkload]. Its zero
-// value means the defaults of [Bench].
+// value means the defaults of dlocktest.Bench.
 type WorkloadConfig struct {
 	Duration  time.Duration // measured time of each workload: 4s
 	Warmup    time.Duration // run first and not measured: 0.5s
 	HerdSizes []int         // waiters: 10, 100, 1000
 	HeldSizes []int         // leases: 10,000 and 100,000
-	HeldTTL   time.Duration // TTL of the held leases: 3s per 10,000 (see HeldTTL)
+	HeldTTL   time.Duration // TTL of the held leases: 3s per 10,000 (see [Config.HeldTTL])
 }
 
 // ErrUnknownWorkload is the error of [RunWorkload] and [CheckWorkloads]
@@ -93,7 +93,11 @@ func RunWorkload(ctx context.Context, s Store, name string, wc WorkloadConfig, p
 		}
 		return counted(b, cnt), nil
 	}
-	cfg := newBenchConfig([]BenchOption{HeldTTL(wc.HeldTTL), StoreRequests(s.Requests)})
+	cfg := DefaultConfig()
+	if wc.HeldTTL > 0 {
+		cfg.HeldTTL = wc.HeldTTL
+	}
+	cfg.Requests = s.Requests
 	sizes := func(all []int) []int {
 		if size > 0 {
 			return []int{size}
@@ -103,11 +107,11 @@ func RunWorkload(ctx context.Context, s Store, name string, wc WorkloadConfig, p
 	switch base {
 	case "herd":
 		return runSizes(sizes(wc.HerdSizes), "herd", progress, func(n int) (Result, error) {
-			return herd(newBackend, s.Options, cfg, n, timeSpan(wc.Duration))
+			return Herd(newBackend, s.Options, cfg, n, TimeSpan(wc.Duration, nil))
 		})
 	case "held":
 		return runSizes(sizes(wc.HeldSizes), "held", progress, func(n int) (Result, error) {
-			return held(newBackend, cfg, n)
+			return Held(newBackend, cfg, n)
 		})
 	}
 	r, err := runLockers(ctx, s, base, wc, newBackend, cnt, progress)
@@ -118,7 +122,7 @@ func RunWorkload(ctx context.Context, s Store, name string, wc WorkloadConfig, p
 }
 
 func (wc WorkloadConfig) withDefaults() WorkloadConfig {
-	def := newBenchConfig(nil)
+	def := DefaultConfig()
 	if wc.Duration <= 0 {
 		wc.Duration = 4 * time.Second
 	}
@@ -128,13 +132,13 @@ func (wc WorkloadConfig) withDefaults() WorkloadConfig {
 		wc.Warmup = 500 * time.Millisecond
 	}
 	if wc.HerdSizes == nil {
-		wc.HerdSizes = def.herd
+		wc.HerdSizes = def.Herd
 	}
 	if wc.HeldSizes == nil {
-		wc.HeldSizes = def.held
+		wc.HeldSizes = def.Held
 	}
 	if wc.HeldTTL <= 0 {
-		wc.HeldTTL = def.heldTTL // 0 still: by size
+		wc.HeldTTL = def.HeldTTL // 0 still: by size
 	}
 	return wc
 }
@@ -154,7 +158,7 @@ func runSizes(sizes []int, base string, progress func(string), run func(n int) (
 
 // runLockers runs uncontended, distinct or contendedN on Clients of s:
 // a warm-up, then the measured run, with the calls counted in between.
-func runLockers(ctx context.Context, s Store, base string, wc WorkloadConfig, newBackend backendFunc, cnt *calls, progress func(string)) (Result, error) {
+func runLockers(ctx context.Context, s Store, base string, wc WorkloadConfig, newBackend BackendFunc, cnt *calls, progress func(string)) (Result, error) {
 	n := 1
 	if c, ok := strings.CutPrefix(base, "contended"); ok {
 		n, _ = strconv.Atoi(c)
@@ -171,27 +175,27 @@ func runLockers(ctx context.Context, s Store, base string, wc WorkloadConfig, ne
 			return Result{}, err
 		}
 		defer c.Close()
-		lockers[i] = clientLocker{c}
+		lockers[i] = ClientLocker(c)
 	}
-	prefix := "dlockbench/" + randHex(6) + "/"
-	run := func(sp *span) (Result, error) {
+	prefix := namePrefix()
+	run := func(sp *Span) (Result, error) {
 		switch base {
 		case "uncontended":
-			return uncontended(ctx, lockers[0], prefix+"u", sp)
+			return Uncontended(ctx, lockers[0], prefix+"u", sp)
 		case "distinct":
-			return distinct(ctx, lockers[0], prefix+"d/", 32, sp)
+			return Distinct(ctx, lockers[0], prefix+"d/", 32, sp)
 		}
-		return contended(ctx, lockers, prefix+base, ContendedWork, sp)
+		return Contended(ctx, lockers, prefix+base, ContendedWork, sp)
 	}
 	if wc.Warmup > 0 {
 		progress(base + " warm-up")
-		if _, err := run(timeSpan(wc.Warmup)); err != nil {
+		if _, err := run(TimeSpan(wc.Warmup, nil)); err != nil {
 			return Result{}, fmt.Errorf("%s: %w", base, err)
 		}
 	}
 	progress(base)
 	s0, st0 := cnt.snapshot(), storeRequests(s)
-	r, err := run(timeSpan(wc.Duration))
+	r, err := run(TimeSpan(wc.Duration, nil))
 	if err != nil {
 		return Result{}, fmt.Errorf("%s: %w", base, err)
 	}

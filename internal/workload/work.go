@@ -1,4 +1,4 @@
-package dlocktest
+package workload
 
 import (
 	"context"
@@ -50,9 +50,9 @@ func (r *Result) latency(prefix string, lat []time.Duration) {
 	r.add(q(0.99), prefix+"p99-µs")
 }
 
-// span says when the measured part of a workload ends: after n operations
+// Span says when the measured part of a workload ends: after n operations
 // (testing.B's b.N) or d after it begins. A failure stops it early.
-type span struct {
+type Span struct {
 	count   bool
 	left    atomic.Int64
 	d       time.Duration
@@ -63,13 +63,16 @@ type span struct {
 	err     error
 }
 
-func opsSpan(n int, onBegin func()) *span {
-	s := &span{count: true, onBegin: onBegin}
+// OpsSpan is a Span of n operations; onBegin, if not nil, is called as
+// the measured part begins (testing.B's ResetTimer).
+func OpsSpan(n int, onBegin func()) *Span {
+	s := &Span{count: true, onBegin: onBegin}
 	s.left.Store(int64(n))
 	return s
 }
 
-func timeSpan(d time.Duration) *span { return &span{d: d} }
+// TimeSpan is a Span of the time d; onBegin is as for [OpsSpan].
+func TimeSpan(d time.Duration, onBegin func()) *Span { return &Span{d: d, onBegin: onBegin} }
 
 // spanGrace is how long after a timed span's end a Lock still waiting is
 // let run before it is given up.
@@ -80,7 +83,7 @@ const spanGrace = time.Second
 // waiters sleep between attempts (pglock: 20 s) cannot stretch a run long
 // past its measured time; the grants of that grace are still counted, over
 // the time they took.
-func (s *span) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *Span) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.count {
 		return ctx, func() {}
 	}
@@ -88,7 +91,7 @@ func (s *span) waitContext(ctx context.Context) (context.Context, context.Cancel
 }
 
 // begin starts the measured part.
-func (s *span) begin() {
+func (s *Span) begin() {
 	if s.onBegin != nil {
 		s.onBegin()
 	}
@@ -96,7 +99,7 @@ func (s *span) begin() {
 }
 
 // next reports whether one more operation is to be measured.
-func (s *span) next() bool {
+func (s *Span) next() bool {
 	if s.stopped.Load() {
 		return false
 	}
@@ -107,7 +110,7 @@ func (s *span) next() bool {
 }
 
 // fail records the first error and stops the span.
-func (s *span) fail(err error) {
+func (s *Span) fail(err error) {
 	s.mu.Lock()
 	if s.err == nil {
 		s.err = err
@@ -117,7 +120,7 @@ func (s *span) fail(err error) {
 }
 
 // failed returns the first error recorded.
-func (s *span) failed() error {
+func (s *Span) failed() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
@@ -140,9 +143,9 @@ func busy(d time.Duration) {
 	}
 }
 
-// uncontended: one goroutine locks and unlocks one name; p50 and p99 of
+// Uncontended: one goroutine locks and unlocks one name; p50 and p99 of
 // the pair.
-func uncontended(ctx context.Context, l Locker, name string, sp *span) (Result, error) {
+func Uncontended(ctx context.Context, l Locker, name string, sp *Span) (Result, error) {
 	r := Result{Workload: "uncontended"}
 	var lat []time.Duration
 	sp.begin()
@@ -160,8 +163,8 @@ func uncontended(ctx context.Context, l Locker, name string, sp *span) (Result, 
 	return r, nil
 }
 
-// distinct: goroutines sharing l, each on a name of its own; ops/s.
-func distinct(ctx context.Context, l Locker, prefix string, goroutines int, sp *span) (Result, error) {
+// Distinct: goroutines sharing l, each on a name of its own; ops/s.
+func Distinct(ctx context.Context, l Locker, prefix string, goroutines int, sp *Span) (Result, error) {
 	r := Result{Workload: "distinct"}
 	var ops atomic.Int64
 	var wg sync.WaitGroup
@@ -222,12 +225,12 @@ func (h *handoffs) releasing() {
 	h.mu.Unlock()
 }
 
-// contended: one goroutine per locker, all on one name, each doing work
+// Contended: one goroutine per locker, all on one name, each doing work
 // while it holds the lock; grants/s, owner changes/s (grants to another
 // goroutine than the one that released last), a waiter's wait p50/p99,
 // the hand-off latency p50/p99 from a release to the next holder's grant,
 // and Jain's fairness index over the goroutines' grants.
-func contended(ctx context.Context, lockers []Locker, name string, work time.Duration, sp *span) (Result, error) {
+func Contended(ctx context.Context, lockers []Locker, name string, work time.Duration, sp *Span) (Result, error) {
 	r := Result{Workload: fmt.Sprintf("contended%d", len(lockers))}
 	h := &handoffs{lastHolder: -1, grants: make([]int, len(lockers))}
 	var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package dlocktest
+package workload
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// heldRun is one run of the Held workload (see [BenchHeld]).
+// heldRun is one run of the Held workload (see dlocktest.BenchHeld for what it reports).
 type heldRun struct {
-	cfg        benchConfig
+	cfg        Config
 	ttl        time.Duration
 	cnt        *calls
 	leases     []*dlock.Lease
@@ -29,11 +29,11 @@ type heldRun struct {
 	lostTaking int           // leases that ended while the others were taken
 }
 
-// held takes n leases with one Client, holds them for four renewal
+// Held takes n leases with one Client, holds them for four renewal
 // periods and releases them. A lease lost is an error, returned with the
 // Result.
-func held(newBackend backendFunc, cfg benchConfig, n int) (Result, error) {
-	h := &heldRun{cfg: cfg, ttl: cfg.heldTTLFor(n), cnt: new(calls), leases: make([]*dlock.Lease, n)}
+func Held(newBackend BackendFunc, cfg Config, n int) (Result, error) {
+	h := &heldRun{cfg: cfg, ttl: cfg.HeldTTLFor(n), cnt: new(calls), leases: make([]*dlock.Lease, n)}
 	h.heap0, h.gor0 = heapInUse(), runtime.NumGoroutine()
 	be, err := newBackend()
 	if err != nil {
@@ -46,7 +46,7 @@ func held(newBackend backendFunc, cfg benchConfig, n int) (Result, error) {
 	}
 	defer c.Close()
 	defer h.releaseAll()
-	if err := h.take(c, "dlockbench/"+randHex(6)+"/h/"); err != nil {
+	if err := h.take(c, namePrefix()+"h/"); err != nil {
 		return Result{}, err
 	}
 	return h.hold()
@@ -70,7 +70,7 @@ func (h *heldRun) releaseAll() {
 // Client and its connections cost whatever the number of leases.
 func (h *heldRun) take(c *dlock.Client, prefix string) error {
 	n := len(h.leases)
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.heldBudget)
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.HeldBudget)
 	defer cancel()
 	start := time.Now()
 	var took atomic.Int64
@@ -107,7 +107,7 @@ func (h *heldRun) take(c *dlock.Client, prefix string) error {
 		return fmt.Errorf("Lock %d of %d: %w", took.Load()+1, n, *err)
 	}
 	if took.Load() < int64(n) {
-		return fmt.Errorf("took %d of %d leases in %v (%.0f/s): %w", took.Load(), n, h.acquire.Round(time.Second), float64(took.Load())/h.acquire.Seconds(), errTooSlow)
+		return fmt.Errorf("took %d of %d leases in %v (%.0f/s): %w", took.Load(), n, h.acquire.Round(time.Second), float64(took.Load())/h.acquire.Seconds(), ErrTooSlow)
 	}
 	for _, l := range h.leases {
 		if l.Err() != nil {
@@ -151,7 +151,7 @@ func (h *heldRun) hold() (Result, error) {
 	r.add(float64(d.renewals())/el.Seconds(), "renew-calls/s")
 	r.add(float64(d.renewItems)/el.Seconds(), "renew-items/s")
 	r.add(float64(d.renewItems)/float64(n), "renewals/lease")
-	if h.cfg.store != nil {
+	if h.cfg.Requests != nil {
 		r.add(float64(st)/el.Seconds(), "store-req/s")
 	}
 	r.add(float64(lost), "lost")

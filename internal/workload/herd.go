@@ -1,4 +1,4 @@
-package dlocktest
+package workload
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// herdRun is one run of the Herd workload (see [BenchHerd]).
+// herdRun is one run of the Herd workload (see dlocktest.BenchHerd for what it reports).
 type herdRun struct {
-	sp     *span
-	cfg    benchConfig
+	sp     *Span
+	cfg    Config
 	cnt    *calls
 	cancel context.CancelFunc
 
@@ -27,11 +27,11 @@ type herdRun struct {
 	endStore    int64
 }
 
-// herd runs w waiters on one name over several Clients made with opts,
+// Herd runs w waiters on one name over several Clients made with opts,
 // measuring the grants sp allows.
-func herd(newBackend backendFunc, opts []dlock.Option, cfg benchConfig, w int, sp *span) (Result, error) {
+func Herd(newBackend BackendFunc, opts []dlock.Option, cfg Config, w int, sp *Span) (Result, error) {
 	h := &herdRun{sp: sp, cfg: cfg, cnt: new(calls), turn: make(chan struct{})}
-	clients := make([]*dlock.Client, max(1, min(cfg.herdClients, w)))
+	clients := make([]*dlock.Client, max(1, min(cfg.HerdClients, w)))
 	for i := range clients {
 		be, err := newBackend()
 		if err == nil {
@@ -45,7 +45,7 @@ func herd(newBackend backendFunc, opts []dlock.Option, cfg benchConfig, w int, s
 		}
 		defer clients[i].Close()
 	}
-	name := "dlockbench/" + randHex(6) + "/herd"
+	name := namePrefix() + "herd"
 	bg := context.Background()
 	gate, err := clients[0].Mutex(name).Lock(bg)
 	if err != nil {
@@ -162,7 +162,7 @@ func (h *herdRun) result(w int, s0 snapshot, st0 int64, el time.Duration) Result
 	r.add(float64(h.grants)/el.Seconds(), "grants/s")
 	r.add(float64(d.requests())/rel, "calls/release")
 	r.add(float64(d.wakes)/rel, "wakes/release")
-	if h.cfg.store != nil {
+	if h.cfg.Requests != nil {
 		r.add(float64(h.endStore-st0)/rel, "store-req/release")
 	}
 	r.latency("handoff-", h.handoffs)
