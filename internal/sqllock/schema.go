@@ -63,6 +63,10 @@ func schemaEngine(db *sql.DB, d Dialect, table string) (*Engine, string, error) 
 func (e *Engine) check(ctx context.Context, table string) error {
 	checkW := `SELECT seq, name, owner, expires_at FROM ` + WaitersTable(table) + ` WHERE 1 = 0`
 	checkF := `SELECT bucket, mark FROM ` + FenceTable(table) + ` WHERE 1 = 0`
+	if e.d.Weighted != nil {
+		checkH := `SELECT name, owner, weight, holds, token, expires_at FROM ` + HoldersTable(table) + ` WHERE 1 = 0`
+		return e.checkQueries(ctx, leaseCheck(table), checkW, checkF, checkH)
+	}
 	return e.checkQueries(ctx, leaseCheck(table), checkW, checkF)
 }
 
@@ -157,6 +161,11 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	fence = append(fence, fenceInit(d, table))
 	if err := run(fence); err != nil {
 		return fmt.Errorf("create the fence table %s: %w", FenceTable(table), e.wrap(err))
+	}
+	if d.Weighted != nil {
+		if err := run(d.Weighted(table, WaitersTable(table), HoldersTable(table))); err != nil {
+			return fmt.Errorf("create the holders table %s: %w", HoldersTable(table), e.wrap(err))
+		}
 	}
 	if err := e.check(ctx, table); err != nil {
 		return fmt.Errorf("table %s exists but is not a dlock table (%w)", table, err)
