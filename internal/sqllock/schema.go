@@ -64,8 +64,7 @@ func (e *Engine) check(ctx context.Context, table string) error {
 	checkW := `SELECT seq, name, owner, expires_at FROM ` + WaitersTable(table) + ` WHERE 1 = 0`
 	checkF := `SELECT bucket, mark FROM ` + FenceTable(table) + ` WHERE 1 = 0`
 	if e.d.Weighted != nil {
-		checkH := `SELECT name, owner, weight, holds, token, expires_at FROM ` + HoldersTable(table) + ` WHERE 1 = 0`
-		return e.checkQueries(ctx, leaseCheck(table), checkW, checkF, checkH)
+		return e.checkQueries(ctx, leaseCheck(table), checkW, checkF, holdersCheck(table))
 	}
 	return e.checkQueries(ctx, leaseCheck(table), checkW, checkF)
 }
@@ -162,7 +161,9 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	if err := run(fence); err != nil {
 		return fmt.Errorf("create the fence table %s: %w", FenceTable(table), e.wrap(err))
 	}
-	if d.Weighted != nil {
+	// Only when missing: DDL on a table in use waits for the transactions
+	// that read it (MySQL's metadata locks), which may wait for this one.
+	if d.Weighted != nil && e.checkQueries(ctx, holdersCheck(table)) != nil {
 		if err := run(d.Weighted(table, WaitersTable(table), HoldersTable(table))); err != nil {
 			return fmt.Errorf("create the holders table %s: %w", HoldersTable(table), e.wrap(err))
 		}

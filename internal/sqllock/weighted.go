@@ -27,6 +27,12 @@ var (
 // table: one row per holder of a weighted name.
 func HoldersTable(table string) string { return table + "_holders" }
 
+// holdersCheck selects no row, but every column dlock uses, from the
+// holders table.
+func holdersCheck(table string) string {
+	return `SELECT name, owner, weight, holds, token, expires_at FROM ` + HoldersTable(table) + ` WHERE 1 = 0`
+}
+
 // markPrefix starts the owner of a weighted name's lease row. It is
 // longer than any owner a Client gives (at most dlock.MaxNameLen bytes),
 // so no holder of a mutex can have it. The kind and the limit follow it.
@@ -88,6 +94,22 @@ type wstatements struct {
 	look       string // name. The look of a waiter: see wlook.
 	sweep      string // none. Deletes up to SweepBatch expired holder rows.
 	wake       string // name; "" if the dialect has no Wake.
+	// pin (FenceTx): none. Takes the metadata locks of every table a
+	// weighted transaction writes, and no row lock, as its first
+	// statement: taken one by one, a transaction that waits for a row
+	// lock while a Migrate's DDL waits for its metadata lock would hold
+	// up the holder of that row lock, which needs a metadata lock behind
+	// the DDL's — a cycle that MySQL does not detect.
+	pin string
+}
+
+// begin starts a weighted transaction on c: see wstatements.pin.
+func (e *Engine) begin(ctx context.Context, c *sql.Conn) error {
+	if e.w.pin == "" {
+		return nil
+	}
+	_, err := queryOne(ctx, c, e.w.pin, nil)
+	return err
 }
 
 func newWStatements(d Dialect, table string) wstatements {
@@ -141,6 +163,9 @@ FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)
 	}
 	if d.Wake != nil {
 		s.wake = r(d.Wake(table))
+	}
+	if d.FenceTx {
+		s.pin = h(`SELECT 1 FROM {L}, {W}, {H}, {F} WHERE 1 = 0 FOR UPDATE`)
 	}
 	return s
 }
@@ -335,6 +360,9 @@ func (e *Engine) wattempt(ctx context.Context, req dlock.Request, seq int64) (wr
 	err := e.writeName(ctx, req.Name, func(ctx context.Context) error {
 		res = wresult{seq: seq}
 		return e.tx(ctx, func(c *sql.Conn) error {
+			if err := e.begin(ctx, c); err != nil {
+				return err
+			}
 			if e.d.ConcurrentWrites {
 				if _, err := c.ExecContext(ctx, e.w.lockBucket, req.Name); err != nil {
 					return err
@@ -533,6 +561,9 @@ func (w *waiter) wcancel(ctx context.Context) error {
 	w.end()
 	err := w.e.writeName(ctx, w.req.Name, func(ctx context.Context) error {
 		return w.e.tx(ctx, func(c *sql.Conn) error {
+			if err := w.e.begin(ctx, c); err != nil {
+				return err
+			}
 			if _, err := c.ExecContext(ctx, w.e.q.dequeue, w.seq); err != nil {
 				return err
 			}
@@ -555,6 +586,9 @@ func (e *Engine) wrenew(ctx context.Context, h dlock.Hold, ttl time.Duration) er
 	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
 		done = false
 		return e.tx(ctx, func(c *sql.Conn) error {
+			if err := e.begin(ctx, c); err != nil {
+				return err
+			}
 			res, err := c.ExecContext(ctx, e.w.renewLease, ms, h.Name, int64(h.Token))
 			if err != nil {
 				return err
@@ -592,6 +626,9 @@ func (e *Engine) wrelease(ctx context.Context, h dlock.Hold) error {
 	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
 		done = false
 		return e.tx(ctx, func(c *sql.Conn) error {
+			if err := e.begin(ctx, c); err != nil {
+				return err
+			}
 			if e.d.ConcurrentWrites {
 				if _, err := c.ExecContext(ctx, e.w.lockBucket, h.Name); err != nil {
 					return err
@@ -675,6 +712,9 @@ func (e *Engine) Downgrade(ctx context.Context, h dlock.Hold, weight int) error 
 	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
 		done = false
 		return e.tx(ctx, func(c *sql.Conn) error {
+			if err := e.begin(ctx, c); err != nil {
+				return err
+			}
 			res, err := c.ExecContext(ctx, e.w.downgrade, weight, h.Name, h.Owner, int64(h.Token), weight)
 			if err != nil {
 				return err
