@@ -63,9 +63,6 @@ func schemaEngine(db *sql.DB, d Dialect, table string) (*Engine, string, error) 
 func (e *Engine) check(ctx context.Context, table string) error {
 	checkW := `SELECT seq, name, owner, expires_at FROM ` + WaitersTable(table) + ` WHERE 1 = 0`
 	checkF := `SELECT bucket, mark FROM ` + FenceTable(table) + ` WHERE 1 = 0`
-	if e.d.Weighted != nil {
-		return e.checkQueries(ctx, leaseCheck(table), checkW, checkF, holdersCheck(table))
-	}
 	return e.checkQueries(ctx, leaseCheck(table), checkW, checkF)
 }
 

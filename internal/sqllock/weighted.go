@@ -457,6 +457,11 @@ func (e *Engine) wacquire(ctx context.Context, req dlock.Request) (dlock.Grant, 
 	sent := time.Now()
 	res, err := e.wattempt(ctx, req, NoSeq)
 	if err != nil {
+		if e.classify(err) == Other && e.checkQueries(ctx, holdersCheck(e.table)) != nil {
+			// Check does not require it, so that mutexes keep working on
+			// tables made before it existed.
+			return dlock.Grant{}, nil, fmt.Errorf("the holders table %s of semaphores and read-write locks is missing or not dlock's (%w); create it with `dlock migrate` or Migrate", HoldersTable(e.table), e.wrap(err))
+		}
 		return dlock.Grant{}, nil, e.wrap(err)
 	}
 	if res.granted {
