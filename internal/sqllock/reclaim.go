@@ -32,10 +32,8 @@ func (e *Engine) sweep(ctx context.Context) (int64, error) {
 		if _, err := e.pool.ExecContext(ctx, e.q.sweepWaiters); err != nil {
 			return err
 		}
-		if e.d.Weighted != nil {
-			if _, err := e.pool.ExecContext(ctx, e.w.sweep); err != nil {
-				return err
-			}
+		if err := e.sweepHolders(ctx); err != nil {
+			return err
 		}
 		del := func(q querier) error {
 			res, err := q.ExecContext(ctx, e.q.sweep)

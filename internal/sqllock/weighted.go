@@ -93,6 +93,7 @@ type wstatements struct {
 	downgrade  string // weight, name, owner, token, weight.
 	look       string // name. The look of a waiter: see wlook.
 	sweep      string // none. Deletes up to SweepBatch expired holder rows.
+	expiredAny string // none. 1 if a holder row expired.
 	wake       string // name; "" if the dialect has no Wake.
 	// pin (FenceTx): none. Takes the metadata locks of every table a
 	// weighted transaction writes, and no row lock, as its first
@@ -161,6 +162,7 @@ FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)
 		s.sweep = h(`DELETE FROM {H} WHERE expires_at <= {NOW} AND name IN (SELECT s.name FROM (SELECT h.name FROM {H} h WHERE h.expires_at <= {NOW} LIMIT ` +
 			strconv.Itoa(SweepBatch) + `) s)`)
 	}
+	s.expiredAny = h(`SELECT 1 FROM {H} WHERE expires_at <= {NOW} LIMIT 1`)
 	if d.Wake != nil {
 		s.wake = r(d.Wake(table))
 	}
@@ -803,4 +805,23 @@ func (e *Engine) winspect(ctx context.Context, out []dlock.LockInfo) ([]dlock.Lo
 		rows.Close()
 	}
 	return res, nil
+}
+
+// sweepHolders deletes up to SweepBatch expired holder rows, if there are
+// any: it reads first, so that the mutexes' sweep costs no write (on
+// SQLite, the database's write lock) where no weighted hold expired.
+func (e *Engine) sweepHolders(ctx context.Context) error {
+	if e.d.Weighted == nil {
+		return nil
+	}
+	var one int64
+	found, err := queryOne(ctx, &e.pool, e.w.expiredAny, nil, &one)
+	switch {
+	case err != nil && e.classify(err) == Other && e.checkQueries(ctx, holdersCheck(e.table)) != nil:
+		return nil // no holders table (see Check): nothing to sweep
+	case err != nil || !found:
+		return err
+	}
+	_, err = e.pool.ExecContext(ctx, e.w.sweep)
+	return err
 }
