@@ -34,7 +34,7 @@ type RWLocker interface {
 // [Bench] runs it; the Client options of Bench do not matter here, as
 // every waiter of a weighted kind waits in arrival order.
 func BenchWeighted(b *testing.B, newBackend Factory, bopts ...BenchOption) {
-	cfg := newBenchConfig(bopts)
+	requests := newBenchConfig(bopts).Requests
 	newClient := func(b *testing.B) *dlock.Client {
 		c, err := dlock.New(newBackend(b))
 		if err != nil {
@@ -43,8 +43,8 @@ func BenchWeighted(b *testing.B, newBackend Factory, bopts ...BenchOption) {
 		b.Cleanup(func() { c.Close() })
 		return c
 	}
-	benchSemaphores(b, func(b *testing.B) Semaphorer { return workload.ClientSemaphorer(newClient(b)) }, cfg.Requests)
-	benchRWLockers(b, func(b *testing.B) RWLocker { return workload.ClientRWLocker(newClient(b)) }, cfg.Requests)
+	benchSemaphores(b, func(b *testing.B) Semaphorer { return workload.ClientSemaphorer(newClient(b)) }, requests)
+	benchRWLockers(b, func(b *testing.B) RWLocker { return workload.ClientRWLocker(newClient(b)) }, requests)
 }
 
 // BenchSemaphores runs, as sub-benchmark Semaphore4x16, 16 contenders,
@@ -53,9 +53,10 @@ func BenchWeighted(b *testing.B, newBackend Factory, bopts ...BenchOption) {
 // while it holds a permit, for b.N grants. It reports grants/s, a
 // waiter's wait p50/p99 (wait-p50-µs, wait-p99-µs: from the call to the
 // grant), held-max (the most permits seen held at once; more than 4 fails
-// the benchmark) and Jain's fairness index over the contenders' grants.
-func BenchSemaphores(b *testing.B, newSemaphorer func(b *testing.B) Semaphorer) {
-	benchSemaphores(b, newSemaphorer, nil)
+// the benchmark) and Jain's fairness index over the contenders' grants;
+// with [StoreRequests] in bopts, store-req/grant too.
+func BenchSemaphores(b *testing.B, newSemaphorer func(b *testing.B) Semaphorer, bopts ...BenchOption) {
+	benchSemaphores(b, newSemaphorer, newBenchConfig(bopts).Requests)
 }
 
 // BenchRWLockers runs, as sub-benchmark RW90, 16 contenders, each a
@@ -66,9 +67,10 @@ func BenchSemaphores(b *testing.B, newSemaphorer func(b *testing.B) Semaphorer) 
 // writes/s, a writer's wait p50/p99 (write-wait-p50-µs,
 // write-wait-p99-µs), a reader's (read-wait-…) and readers-max, the most
 // readers seen holding at once; a writer seen beside another holder fails
-// the benchmark.
-func BenchRWLockers(b *testing.B, newRWLocker func(b *testing.B) RWLocker) {
-	benchRWLockers(b, newRWLocker, nil)
+// the benchmark. With [StoreRequests] in bopts, it reports store-req/grant
+// too.
+func BenchRWLockers(b *testing.B, newRWLocker func(b *testing.B) RWLocker, bopts ...BenchOption) {
+	benchRWLockers(b, newRWLocker, newBenchConfig(bopts).Requests)
 }
 
 func benchSemaphores(b *testing.B, newSemaphorer func(b *testing.B) Semaphorer, requests func() int64) {
