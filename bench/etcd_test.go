@@ -36,6 +36,9 @@ import (
 // dlock that includes the revocation of the hold's lease, which is sent in
 // the background after the key is deleted). dlock also runs the Herd and
 // Held workloads (see [scale]); their store-req counts are reqs as above.
+// dlock also runs the weighted kinds' workloads (Semaphore4x16 and RW90,
+// see [weighted]), and etcd's recipes RWMutex runs RW90 beside it
+// (recipe.RWMutex/RW90: etcd has no semaphore).
 //
 //	cd bench && go test -run XXX -bench Etcd -benchtime 2000x
 func BenchmarkEtcd(b *testing.B) {
@@ -61,7 +64,7 @@ func BenchmarkEtcd(b *testing.B) {
 				return
 			}
 			ct := &etcdCounter{}
-			scale(b, true, nil, func(t testing.TB) dlock.Backend {
+			newBackend := func(t testing.TB) dlock.Backend {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				be, err := etcd.Open(ctx, strings.Join(endpoints, ","), etcd.Prefix("dlockbench"),
@@ -70,9 +73,12 @@ func BenchmarkEtcd(b *testing.B) {
 					t.Fatal(err)
 				}
 				return be
-			}, ct.reqs.Load)
+			}
+			scale(b, true, nil, newBackend, ct.reqs.Load)
+			weighted(b, newBackend, ct.reqs.Load)
 		})
 	}
+	b.Run("recipe.RWMutex", func(b *testing.B) { benchEtcdRecipe(b, endpoints) })
 }
 
 // etcdCounter counts the gRPC requests a client sends and the watch
@@ -163,6 +169,12 @@ func newEtcdMutex(b *testing.B, endpoints []string, extra ...grpc.DialOption) (e
 	ct := &etcdCounter{}
 	cfg := etcdConfig(endpoints, ct)
 	cfg.DialOptions = append(cfg.DialOptions, extra...)
+	return etcdMutexLocker{newEtcdSession(b, cfg)}, ct
+}
+
+// newEtcdSession returns a Session (TTL 30 s) on a connection of its own
+// made with cfg; both are closed when b ends.
+func newEtcdSession(b *testing.B, cfg clientv3.Config) *concurrency.Session {
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -176,7 +188,7 @@ func newEtcdMutex(b *testing.B, endpoints []string, extra ...grpc.DialOption) (e
 		s.Close()
 		cli.Close()
 	})
-	return etcdMutexLocker{s}, ct
+	return s
 }
 
 // etcdMutexLocker is concurrency.Mutex with its defaults: a new Mutex on

@@ -35,8 +35,9 @@ import (
 // CPU time (getrusage), which includes the benchmark's own bookkeeping.
 //
 // dlock and dlock-fair also run the Herd workload, and dlock the Held
-// workload (see [scale]); their store-req counts are the commands sent, as
-// above.
+// workload (see [scale]) and the weighted kinds' (Semaphore4x16, RW90: see
+// [weighted]; no Go peer on Redis has them); their store-req counts are
+// the commands sent, as above.
 //
 //	cd bench && go test -run XXX -bench Redis -benchtime 2000x
 func BenchmarkRedis(b *testing.B) {
@@ -76,13 +77,18 @@ func BenchmarkRedis(b *testing.B) {
 				return dlockLocker{c}
 			}))
 			var cmds atomic.Int64
-			scale(b, mode.name == "dlock", mode.opts, func(t testing.TB) dlock.Backend {
+			newBackend := func(t testing.TB) dlock.Backend {
 				be, err := dredis.New(newClient(t, cmdCounter{&cmds}))
 				if err != nil {
 					t.Fatal(err)
 				}
 				return be
-			}, func() int64 { return cmds.Load() + subscriptions(b, admin) })
+			}
+			store := func() int64 { return cmds.Load() + subscriptions(b, admin) }
+			scale(b, mode.name == "dlock", mode.opts, newBackend, store)
+			if mode.name == "dlock" { // weighted waiters queue in order with or without Fair
+				weighted(b, newBackend, store)
+			}
 		})
 	}
 	b.Run("redsync", func(b *testing.B) {

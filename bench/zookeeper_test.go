@@ -31,8 +31,10 @@ import (
 // grant), and a Requests sub-benchmark measures, lock by lock, the
 // requests of one uncontended acquire (reqs/acquire) and of one release
 // (reqs/release). dlock and dlock-fair also run the Herd workload, and
-// dlock the Held workload (see [scale]); their store-req counts are the
-// backends' Stats (requests sent, pings left out).
+// dlock the Held workload (see [scale]) and the weighted kinds'
+// (Semaphore4x16, RW90: see [weighted]; go-zookeeper has neither); their
+// store-req counts are the backends' Stats (requests sent, pings left
+// out).
 //
 //	cd bench && go test -run XXX -bench ZooKeeper -benchtime 2000x
 func BenchmarkZooKeeper(b *testing.B) {
@@ -68,7 +70,7 @@ func BenchmarkZooKeeper(b *testing.B) {
 				mu  sync.Mutex
 				bes []*zookeeper.Backend
 			)
-			scale(b, lib.name == "dlock", opts, func(t testing.TB) dlock.Backend {
+			newBackend := func(t testing.TB) dlock.Backend {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				be, err := zookeeper.Open(ctx, strings.Join(servers, ","), zookeeper.Root("/dlockbench"))
@@ -79,7 +81,8 @@ func BenchmarkZooKeeper(b *testing.B) {
 				bes = append(bes, be)
 				mu.Unlock()
 				return be
-			}, func() int64 {
+			}
+			store := func() int64 {
 				mu.Lock()
 				defer mu.Unlock()
 				var n int64
@@ -87,7 +90,11 @@ func BenchmarkZooKeeper(b *testing.B) {
 					n += be.Stats().Total()
 				}
 				return n
-			})
+			}
+			scale(b, lib.name == "dlock", opts, newBackend, store)
+			if lib.name == "dlock" { // weighted waiters queue in order with or without Fair
+				weighted(b, newBackend, store)
+			}
 		})
 	}
 }

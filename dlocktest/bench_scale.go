@@ -71,10 +71,10 @@ func HerdClients(n int) BenchOption {
 	return benchOptionFunc(func(c *workload.Config) { c.HerdClients = n })
 }
 
-// StoreRequests gives the scale workloads a count of the requests that
-// reached the store so far (commands, statements, RPCs: counted by the
-// caller in its driver, for every backend the factory makes); they then
-// report it beside their own count of backend calls.
+// StoreRequests gives the scale and weighted workloads a count of the
+// requests that reached the store so far (commands, statements, RPCs:
+// counted by the caller in its driver, for every backend the factory
+// makes); they then report it beside their own count of backend calls.
 func StoreRequests(count func() int64) BenchOption {
 	return benchOptionFunc(func(c *workload.Config) { c.Requests = count })
 }

@@ -40,6 +40,12 @@ after a 0.5 s warm-up:
   contended64  of its own, holding the lock for 100 µs: grants/s, owner
                changes/s, a waiter's wait and the hand-off (release to the
                next grant) p50/p99, Jain's fairness index
+  semaphore4x16  a semaphore of 4 with 16 contenders, each with a Client of
+               its own, holding a permit for 100 µs: grants/s, a waiter's
+               wait p50/p99, the most permits seen held at once
+  rw90         a read-write lock with 16 such contenders, one operation in
+               ten a write: grants/s, writes/s, a writer's and a reader's
+               wait p50/p99, the most readers seen at once
   herd         10, 100 and 1,000 waiters on one name over 10 Clients:
                backend calls, wake-ups and store requests per release,
                hand-off p50/p99 (herdN: N waiters only)
@@ -51,7 +57,9 @@ per operation, and where the store counts its requests store-req/op, the
 store's count: Redis commands (those its scripts run included), etcd gRPC
 messages received, ZooKeeper packets received (mntr), MySQL statements
 (Questions). The store counts every client's: run it on a quiet store.
-Lock names start with "dlockbench/"; nothing is left held.
+Lock names start with "dlockbench/"; nothing is left held. A workload of
+a kind the backend cannot keep (a semaphore on Redlock) is skipped, with
+the reason, and does not fail the run.
 
 Progress goes to stderr, a table to stdout (--json: one JSON document).
 
@@ -92,6 +100,13 @@ type benchReport struct {
 	Duration   string        `json:"duration"`
 	StoreCount string        `json:"store_requests,omitempty"` // what store-req counts
 	Results    []benchResult `json:"results"`
+	Skipped    []benchSkip   `json:"skipped,omitempty"`
+}
+
+// benchSkip is a workload of a kind the backend cannot keep.
+type benchSkip struct {
+	Workload string `json:"workload"`
+	Reason   string `json:"reason"`
 }
 
 type benchResult struct {
@@ -133,6 +148,11 @@ func runBench(ctx context.Context, e *env, opts any, args []string) int {
 		rs, err := workload.RunWorkload(ctx, store.Store, w, wc, progress)
 		for _, r := range rs {
 			rep.Results = append(rep.Results, toBenchResult(r))
+		}
+		if errors.Is(err, errors.ErrUnsupported) {
+			fmt.Fprintf(e.stderr, "dlock bench: [%d/%d] %s skipped: %v\n", i+1, len(workloads), w, err)
+			rep.Skipped = append(rep.Skipped, benchSkip{w, err.Error()})
+			continue
 		}
 		if err != nil {
 			e.errorf("bench: %s on %s: %v", w, rep.URL, err)
@@ -220,6 +240,9 @@ func writeBench(w io.Writer, rep benchReport, asJSON bool) error {
 	fmt.Fprintln(tw, "WORKLOAD\tOPS\tSECONDS\tFIGURES")
 	for _, r := range rep.Results {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\n", r.Workload, r.Ops, r.Seconds, figures(r))
+	}
+	for _, sk := range rep.Skipped {
+		fmt.Fprintf(tw, "%s\t-\t-\tskipped: %s\n", sk.Workload, sk.Reason)
 	}
 	return tw.Flush()
 }

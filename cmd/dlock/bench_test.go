@@ -55,11 +55,16 @@ func checkResults(t *testing.T, rep benchReport, want ...string) {
 // file in the state directory, with no --url.
 func TestBenchDefault(t *testing.T) {
 	sqliteURL(t) // skips without the sqlite backend
-	rep := runBenchJSON(t, "--workloads", "uncontended,distinct,contended8,herd10,held100")
+	rep := runBenchJSON(t, "--workloads", "uncontended,distinct,contended8,rw90,herd10,held100")
 	if !strings.HasPrefix(rep.URL, "sqlite://") || rep.Fair || rep.StoreCount != "" {
 		t.Errorf("report of %s, fair %v, store count %q; want the default SQLite file, not fair, no store count", rep.URL, rep.Fair, rep.StoreCount)
 	}
 	checkResults(t, rep, "uncontended", "distinct", "contended8", "herd10", "held100")
+	// SQLite grants mutexes only: the read-write workload is skipped, with
+	// the reason, and the run still succeeds.
+	if len(rep.Skipped) != 1 || rep.Skipped[0].Workload != "rw90" || !strings.Contains(rep.Skipped[0].Reason, "read-write lock") {
+		t.Errorf("skipped %+v; want rw90, saying why", rep.Skipped)
+	}
 	for _, r := range rep.Results {
 		if _, ok := r.Metrics["store-req/op"]; ok {
 			t.Errorf("%s: store-req/op on SQLite, which does not count its statements", r.Workload)
@@ -72,12 +77,15 @@ func TestBenchDefault(t *testing.T) {
 // Unlock; and the table names every workload.
 func TestBenchRedis(t *testing.T) {
 	u := "redis://" + testserver.Redis(t).Addr()
-	rep := runBenchJSON(t, "--url", u, "--fair", "--workloads", "uncontended,contended8,herd10")
+	rep := runBenchJSON(t, "--url", u, "--fair", "--workloads", "uncontended,contended8,semaphore4x16,rw90,herd10")
 	if rep.URL != u || !rep.Fair || !strings.Contains(rep.StoreCount, "Redis commands") {
 		t.Errorf("report of %s, fair %v, store count %q; want %s, fair, Redis commands", rep.URL, rep.Fair, rep.StoreCount, u)
 	}
-	checkResults(t, rep, "uncontended", "contended8", "herd10")
+	checkResults(t, rep, "uncontended", "contended8", "semaphore4x16", "rw90", "herd10")
 	for _, r := range rep.Results {
+		if m, ok := r.Metrics["held-max"]; ok && (m < 1 || m > 4) {
+			t.Errorf("%s: %v permits held at once; want 1 to 4", r.Workload, m)
+		}
 		st, ok := r.Metrics["store-req/op"]
 		if r.Workload == "herd10" {
 			st, ok = r.Metrics["store-req/release"]
@@ -115,7 +123,7 @@ func TestBenchUsage(t *testing.T) {
 		}
 	}
 	r := runDlock(t, nil, "help", "bench")
-	if r.code != 0 || !strings.Contains(r.stdout, "contended64") || !strings.Contains(r.stdout, "--workloads") {
+	if r.code != 0 || !strings.Contains(r.stdout, "contended64") || !strings.Contains(r.stdout, "semaphore4x16") || !strings.Contains(r.stdout, "--workloads") {
 		t.Errorf("dlock help bench: exit %d, stdout %q", r.code, r.stdout)
 	}
 }

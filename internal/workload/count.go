@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -71,9 +72,10 @@ func (s snapshot) renewals() int64 { return s.renew + s.renewBatch }
 
 // counted wraps b so that c counts its calls. The wrapper offers what the
 // Client looks for on b — BatchRenewer and Inspector only when b has them,
-// since the Client changes its behaviour on their presence; LossReporter
-// and TTLLimiter always, as their absence means the same as a no-op
-// ReportLoss and a MaxTTL of 0.
+// since the Client changes its behaviour on their presence; LossReporter,
+// TTLLimiter and Granter always, as their absence means the same as a
+// no-op ReportLoss, a MaxTTL of 0 and a CanGrant that refuses every kind
+// but the mutex.
 func counted(b dlock.Backend, c *calls) dlock.Backend {
 	w := &countingBackend{b: b, c: c}
 	br, batch := b.(dlock.BatchRenewer)
@@ -135,6 +137,15 @@ func (w *countingBackend) ReportLoss(handler func(dlock.Hold, error)) {
 	if lr, ok := w.b.(dlock.LossReporter); ok {
 		lr.ReportLoss(handler)
 	}
+}
+
+// CanGrant passes the kinds b grants on: without it a Client grants
+// mutexes only.
+func (w *countingBackend) CanGrant(kind dlock.Kind, limit int) error {
+	if g, ok := w.b.(dlock.Granter); ok {
+		return g.CanGrant(kind, limit)
+	}
+	return fmt.Errorf("%w: %s grants mutexes only, not a %s", errors.ErrUnsupported, w.b, dlock.Shape(kind, limit))
 }
 
 func (w *countingBackend) MaxTTL() time.Duration {

@@ -16,7 +16,7 @@ import (
 // best run: each is what dlocktest.Bench runs under the same name, measured for a
 // time instead of a number of operations. "herd" and "held" run every size
 // of [WorkloadConfig]; "herdN" and "heldN" run size N alone.
-var Workloads = []string{"uncontended", "distinct", "contended8", "contended64", "herd", "held"}
+var Workloads = []string{"uncontended", "distinct", "contended8", "contended64", "semaphore4x16", "rw90", "herd", "held"}
 
 // Store is the store [RunWorkload] measures.
 type Store struct {
@@ -156,15 +156,18 @@ func runSizes(sizes []int, base string, progress func(string), run func(n int) (
 	return rs, nil
 }
 
-// runLockers runs uncontended, distinct or contendedN on Clients of s:
-// a warm-up, then the measured run, with the calls counted in between.
+// runLockers runs uncontended, distinct, contendedN, semaphore4x16 or
+// rw90 on Clients of s (one per contender): a warm-up, then the measured
+// run, with the calls counted in between.
 func runLockers(ctx context.Context, s Store, base string, wc WorkloadConfig, newBackend BackendFunc, cnt *calls, progress func(string)) (Result, error) {
 	n := 1
 	if c, ok := strings.CutPrefix(base, "contended"); ok {
 		n, _ = strconv.Atoi(c)
+	} else if base == "semaphore4x16" || base == "rw90" {
+		n = WeightedContenders
 	}
-	lockers := make([]Locker, n)
-	for i := range lockers {
+	clients := make([]*dlock.Client, n)
+	for i := range clients {
 		b, err := newBackend()
 		if err != nil {
 			return Result{}, err
@@ -175,15 +178,31 @@ func runLockers(ctx context.Context, s Store, base string, wc WorkloadConfig, ne
 			return Result{}, err
 		}
 		defer c.Close()
-		lockers[i] = ClientLocker(c)
+		clients[i] = c
 	}
 	prefix := namePrefix()
 	run := func(sp *Span) (Result, error) {
 		switch base {
 		case "uncontended":
-			return Uncontended(ctx, lockers[0], prefix+"u", sp)
+			return Uncontended(ctx, ClientLocker(clients[0]), prefix+"u", sp)
 		case "distinct":
-			return Distinct(ctx, lockers[0], prefix+"d/", 32, sp)
+			return Distinct(ctx, ClientLocker(clients[0]), prefix+"d/", 32, sp)
+		case "semaphore4x16":
+			sems := make([]Semaphorer, n)
+			for i, c := range clients {
+				sems[i] = ClientSemaphorer(c)
+			}
+			return SemaphoreContended(ctx, sems, prefix+base, SemaphoreLimit, ContendedWork, sp)
+		case "rw90":
+			rws := make([]RWLocker, n)
+			for i, c := range clients {
+				rws[i] = ClientRWLocker(c)
+			}
+			return RWContended(ctx, rws, prefix+base, RWWriteEvery, ContendedWork, sp)
+		}
+		lockers := make([]Locker, n)
+		for i, c := range clients {
+			lockers[i] = ClientLocker(c)
 		}
 		return Contended(ctx, lockers, prefix+base, ContendedWork, sp)
 	}

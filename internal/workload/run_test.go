@@ -31,9 +31,13 @@ func TestRunWorkload(t *testing.T) {
 		"uncontended": {"uncontended"},
 		"distinct":    {"distinct"},
 		"contended8":  {"contended8"},
-		"herd":        {"herd3", "herd4"},
-		"herd7":       {"herd7"},
-		"held":        {"held50"},
+		// Weighted kinds through the counting wrapper (it must pass
+		// CanGrant on) and the Client's Semaphore and RWMutex.
+		"semaphore4x16": {"semaphore4x16"},
+		"rw90":          {"rw90"},
+		"herd":          {"herd3", "herd4"},
+		"herd7":         {"herd7"},
+		"held":          {"held50"},
 	}
 	ctx := context.Background()
 	for name, results := range want {
@@ -84,3 +88,39 @@ func TestRunWorkloadUnknown(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightedWorkloadsCatchOverlap: the semaphore and read-write
+// workloads fail, naming the lock, when their library lets more holders in
+// than it should.
+func TestWeightedWorkloadsCatchOverlap(t *testing.T) {
+	ctx := context.Background()
+	sems := make([]Semaphorer, WeightedContenders)
+	rws := make([]RWLocker, WeightedContenders)
+	for i := range sems {
+		sems[i], rws[i] = noLock{}, noLock{}
+	}
+	// 100 ms of work per grant: 16 contenders overlap at once.
+	_, err := SemaphoreContended(ctx, sems, "s", SemaphoreLimit, 100*time.Millisecond, OpsSpan(2*WeightedContenders, nil))
+	if err == nil || !strings.Contains(err.Error(), `semaphore "s" of 4`) {
+		t.Errorf("semaphore granting everyone: %v; want an error naming it", err)
+	}
+	_, err = RWContended(ctx, rws, "rw", 2, 100*time.Millisecond, OpsSpan(2*WeightedContenders, nil))
+	if err == nil || !strings.Contains(err.Error(), `read-write lock "rw"`) {
+		t.Errorf("read-write lock letting writers in beside others: %v; want an error naming it", err)
+	}
+	r, err := SemaphoreContended(ctx, sems[:SemaphoreLimit], "s4", SemaphoreLimit, time.Millisecond, OpsSpan(20, nil))
+	if err != nil || r.Ops != 20 || metric(r, "held-max") > SemaphoreLimit {
+		t.Errorf("as many contenders as permits: %+v, %v; want 20 grants and no error", r, err)
+	}
+}
+
+// noLock grants every request at once: a broken lock.
+type noLock struct{}
+
+func nop(context.Context) error { return nil }
+
+func (noLock) Acquire(context.Context, string, int) (func(context.Context) error, error) {
+	return nop, nil
+}
+func (noLock) RLock(context.Context, string) (func(context.Context) error, error) { return nop, nil }
+func (noLock) Lock(context.Context, string) (func(context.Context) error, error)  { return nop, nil }

@@ -22,6 +22,8 @@ BenchmarkRedis/floor/Uncontended-2         	    1000	     50000 ns/op
 BenchmarkRedis/dlock/Herd/10-2             	     100	     10000 ns/op	  4.0 store-req/release	 700 handoff-p99-µs
 --- FAIL: BenchmarkRedis/dlock/Held/100000
 BenchmarkEtcd/dlock/Requests-2             	     100	     10000 ns/op
+BenchmarkEtcd/dlock/RW90-2                 	     100	     10000 ns/op	 400 grants/s	 9000 write-wait-p99-µs	 8 store-req/grant
+BenchmarkEtcd/recipe.RWMutex/RW90-2        	     100	     10000 ns/op	 200 grants/s	 3000 write-wait-p99-µs	 4 store-req/grant
 BenchmarkPostgres/dlock-session/Fair/Uncontended-2 	     100	     10000 ns/op	 100 ops/s
 BenchmarkPostgres/dlock/Default/Herd/10-2 	     100	     10000 ns/op	 3 store-req/release
 --- FAIL: BenchmarkPostgres/dlock/Held
@@ -61,6 +63,8 @@ func TestDocument(t *testing.T) {
 		"| Uncontended | ops/s | 11.0k (2.00) | 5500 (1.00) | 4000 (0.73) | 20.0k (3.64) |",
 		"| Uncontended | p99-µs | 450 (1.50) | 300 (1.00) | 900 (3.00) | – |",
 		"| Herd/10 | store-req/release | 3 | – | – | – |",
+		"| RW90 | grants/s | 400 (2.00) | 200 (1.00) |",
+		"| RW90 | write-wait-p99-µs | 9000 (3.00) | 3000 (1.00) |",
 		"- Redis/dlock/Held/100000",
 		"> **test**", "median of 2 runs (Held: of 1)", "- Machine: test", "![", "bench/herd.png",
 	} {

@@ -1,8 +1,9 @@
 // Command benchdoc generates docs/BENCHMARKS.md and its charts from the
 // bench module's benchmarks: dlock and the peer libraries (redsync single
-// node and Redlock, bsm/redislock, etcd's concurrency.Mutex, go-zookeeper's
-// zk.Lock, cirello.io/pglock) run by `go test -bench` in one process per
-// backend, against the same servers, -runs times; the document shows the
+// node and Redlock, bsm/redislock, etcd's concurrency.Mutex and recipes
+// RWMutex, go-zookeeper's zk.Lock, cirello.io/pglock; x/sync's
+// semaphore.Weighted and sync.RWMutex as the in-process ceiling) run by
+// `go test -bench` in one process per backend, against the same servers, -runs times; the document shows the
 // median of the runs with the ratio to the best peer beside each figure.
 //
 // Run it from the bench module:
@@ -48,7 +49,7 @@ func main() {
 	flag.IntVar(&c.runs, "runs", 3, "runs of every benchmark; the document shows their medians")
 	flag.StringVar(&c.out, "out", "../docs", "the directory of BENCHMARKS.md; charts go to its bench/")
 	flag.StringVar(&c.benchtime, "benchtime", "1s", "go test -benchtime of the timed workloads")
-	flag.StringVar(&c.backends, "backends", "Redis|Redlock|Etcd|ZooKeeper|Postgres|MariaDB", "the Benchmark functions to run (a regexp)")
+	flag.StringVar(&c.backends, "backends", "Redis|Redlock|Etcd|ZooKeeper|Postgres|MariaDB|InProcess", "the Benchmark functions to run (a regexp)")
 	flag.StringVar(&c.held, "held", "10000", "the Held sizes to run (a regexp; empty: none)")
 	flag.IntVar(&c.heldRuns, "held-runs", 1, "runs of Held (its figures vary little; each run holds for 4 s after taking the leases)")
 	flag.DurationVar(&c.timeout, "timeout", 25*time.Minute, "bound of the whole generation")
@@ -108,7 +109,7 @@ func run(c config) error {
 func runBenchmarks(ctx context.Context, c config) ([]byte, error) {
 	// dlocktest.Bench (the SQL backends) puts the workloads under
 	// Default and Fair.
-	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Herd|Default|Fair)$"
+	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Semaphore4x16|RW90|Herd|Default|Fair)$"
 	type pass struct {
 		bench, benchtime string
 		count            int

@@ -34,6 +34,12 @@ var rows = []row{
 	{"Contended64", "grants/s", true},
 	{"Contended64", "changes/s", true},
 	{"Contended64", "handoff-p99-µs", false},
+	{"Semaphore4x16", "grants/s", true},
+	{"Semaphore4x16", "wait-p99-µs", false},
+	{"Semaphore4x16", "store-req/grant", false},
+	{"RW90", "grants/s", true},
+	{"RW90", "write-wait-p99-µs", false},
+	{"RW90", "store-req/grant", false},
 	{"Herd/", "handoff-p50-µs", false},
 	{"Herd/", "handoff-p99-µs", false},
 	{"Herd/", "store-req/release", false},
@@ -67,7 +73,8 @@ func document(c config, rs results, charts []chart, env []string, took time.Dura
 		fmt.Fprintf(&b, "- %s\n", e)
 	}
 	fmt.Fprintf(&b, `
-Every library runs the same workloads (package dlocktest: BenchLockers, and
+Every library runs the same workloads (package dlocktest: BenchLockers,
+BenchSemaphores and BenchRWLockers for those that have the primitive, and
 for dlock BenchHerd and BenchHeld) in one process per backend, against the
 same server, each with its defaults; see the bench module's doc.go. Every
 figure is the median of %d runs (Held: of %d), run in rounds (each round runs every
@@ -76,6 +83,10 @@ run of several libraries, not on every run of one). Beside it, in brackets, its 
 best peer's figure (dlock's own variants and the Redis round-trip floor are
 not peers): above 1 is ahead for rates, below 1 is ahead for latencies,
 bytes and requests. A dash: the library does not run that workload.
+Semaphore4x16 is a semaphore of 4 with 16 contenders and RW90 a read-write
+lock with 90%% readers among 16 (write-wait: a writer's wait); InProcess
+is their ceiling, locks of one process with no store (x/sync's
+semaphore.Weighted, sync.RWMutex).
 
 `, c.runs, c.heldRuns)
 	for _, be := range rs.backends() {
