@@ -203,18 +203,13 @@ func leaderOf(infos []LockInfo) (Leader, error) {
 // — a new leader, a new value, and "no leader" (the zero Owner) when the
 // leader resigned or its lease ran out — in order, until ctx ends or the
 // Client closes; then the channel closes. A slow reader sees changes
-// merged (the channel holds only the latest), never reordered, and never
-// a term older than one already sent. A name used as another kind ends
+// merged (the channel holds only the latest, after the last error if the
+// store was out of reach meanwhile), never reordered, and never a term
+// older than one already sent. A name used as another kind ends
 // the channel with a Leader whose Err matches [ErrInvalidOption].
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	out := make(chan Leader, 1)
-	send := func(ld Leader) {
-		select {
-		case <-out:
-		default:
-		}
-		out <- ld
-	}
+	out := make(chan Leader, 2)
+	send := func(ld Leader) { sendLatest(out, ld, func(ld Leader) bool { return ld.Err != nil }) }
 	ctx, cancel := context.WithCancel(ctx)
 	hs, err := e.c.Watch(ctx, e.name)
 	if err != nil {

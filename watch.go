@@ -31,8 +31,9 @@ const watchPoll = time.Second
 // the Client closes, and then closes the channel. Changes are pushed by
 // the store where the backend can (see [Watcher]); expiries are noticed
 // when the first holder's TTL runs out. A slow reader sees changes merged
-// — the channel holds only the latest state — but never out of order. It
-// needs a backend that implements [Inspector].
+// — the channel holds only the latest state, after the last error if the
+// store was out of reach meanwhile — but never out of order. It needs a
+// backend that implements [Inspector].
 func (c *Client) Watch(ctx context.Context, name string) (<-chan Holders, error) {
 	fail := func(kind, err error) (<-chan Holders, error) {
 		return nil, &Error{Op: "watch", Name: name, Backend: c.desc, Kind: kind, Err: err}
@@ -49,7 +50,7 @@ func (c *Client) Watch(ctx context.Context, name string) (<-chan Holders, error)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(c.closing, cancel)
-	out := make(chan Holders, 1)
+	out := make(chan Holders, 2)
 	go func() {
 		defer c.ops.Done()
 		defer stop()
@@ -169,13 +170,30 @@ func (w *watchLoop) publish(infos []LockInfo) {
 	w.send(Holders{Name: w.name, Holders: infos})
 }
 
-// send replaces an unread state with h: a slow reader gets the latest.
-func (w *watchLoop) send(h Holders) {
-	select {
-	case <-w.out:
-	default:
+// send queues h, replacing unread states: a slow reader gets the latest
+// state, and an unread error before it (out holds two), so that it learns
+// of an outage even when the watch has recovered since.
+func (w *watchLoop) send(h Holders) { sendLatest(w.out, h, func(h Holders) bool { return h.Err != nil }) }
+
+// sendLatest queues v on out (of capacity 2, whose only sender is the
+// caller), dropping unread values but the last unread one that isErr says
+// is an error, when v is not one.
+func sendLatest[T any](out chan T, v T, isErr func(T) bool) {
+	var keep *T
+	for drained := false; !drained; {
+		select {
+		case x := <-out:
+			if isErr(x) && !isErr(v) {
+				keep = &x
+			}
+		default:
+			drained = true
+		}
 	}
-	w.out <- h
+	if keep != nil {
+		out <- *keep
+	}
+	out <- v
 }
 
 // sameHolders reports whether a and b name the same holds (TTLs aside).
