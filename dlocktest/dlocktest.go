@@ -135,8 +135,13 @@ func Run(t *testing.T, newBackend Factory, opts ...Option) {
 			{"CancelledWaiter", (*suite).cancelledWaiter},
 		} {
 			name := "Via" + map[dlock.Kind]string{dlock.KindSemaphore: "Semaphore1", dlock.KindRWMutex: "RWWriter"}[via] + "/" + tc.name
+			// The weighted path under the mutex's items: its wiring, not
+			// the load, so fewer grants (MySQL wakes weighted waiters of
+			// other processes by looking again, not by push).
+			vcfg := cfg
+			vcfg.grants = min(cfg.grants, 25)
 			t.Run(name, func(t *testing.T) {
-				runItem(t, newBackend, cfg, name, func(s *suite) {
+				runItem(t, newBackend, vcfg, name, func(s *suite) {
 					s.grants(via)
 					tc.fn(s)
 				}, via)
