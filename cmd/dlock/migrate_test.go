@@ -39,7 +39,7 @@ func TestMigrateSQLite(t *testing.T) {
 	}
 
 	r := runDlock(t, nil, "migrate", "--url", url+"?table=theirs")
-	if r.code != exitBackend || !strings.Contains(r.stderr, "theirs") || !strings.Contains(r.stderr, "not a dlock table") {
+	if r.code != exitForeign || !strings.Contains(r.stderr, "theirs") || !strings.Contains(r.stderr, "not a dlock table") {
 		t.Errorf("someone else's table: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	r = runDlock(t, nil, "migrate", "--url", url+"?table=no-dashes")
