@@ -11,6 +11,19 @@
 // granted, [Mutex.TryLock] never waits; both return a [Lease], which
 // [Lease.Unlock] gives back. The package example shows the whole cycle.
 //
+// # Semaphores, read-write locks and elections
+//
+// Every primitive is a lease of a weight out of a name's limit, granted by
+// the same engine: a [Mutex] is 1 of 1; a [Semaphore] of N grants permits
+// of a [Weight] while they fit; an [RWMutex] grants readers 1 and a writer
+// all ([Lease.Downgrade] turns a writer into a reader in place); an
+// [Election] is a mutex whose leader publishes a value ([Election.Observe]
+// follows every change of leader). The store records a name's [Kind] and
+// limit while it has holders or waiters and refuses another with a
+// [*ConflictError]. Waiters of weighted kinds queue in arrival order, so a
+// waiting writer holds back later readers. [Client.Watch] follows any
+// name's holders, pushed by the store where the backend can.
+//
 // # Leases
 //
 // The Client renews every lease in the background every TTL/3. A lease is
@@ -36,7 +49,16 @@
 // Every error names the lock and the backend and matches one of the
 // sentinels ([ErrNotAcquired], [ErrLeaseLost], [ErrInvalidName],
 // [ErrInvalidOption], [ErrClosed], [ErrBackendUnavailable], [ErrNoQuorum],
-// [ErrUnlocked], [ErrForeignData]); test with [errors.Is].
+// [ErrUnlocked], [ErrForeignData]); test with [errors.Is]. [ErrUpgrade]
+// and [ErrNoLeader] are finer causes of ErrInvalidOption and of a
+// Leader call.
+//
+// # Observability
+//
+// The library is silent unless given [WithLogger]. A [Tracer] set with
+// [WithTracer] sees every acquisition, wait, renewal and lease end with
+// a typed [EndCause]; the otel and prometheus modules of this repository
+// adapt it. Without one the lock path only tests a nil.
 //
 // # Backends
 //

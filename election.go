@@ -13,7 +13,7 @@ const MaxValueLen = 4096
 
 // ErrNoLeader means an election has no leader now. [Election.Leader]
 // returns it (wrapped, naming the election and the backend).
-var ErrNoLeader = errors.New("dlock: no leader")
+var ErrNoLeader error = &sentinel{"no leader"}
 
 // Leader is an election's leader as the store sees it. The zero Owner means
 // no leader.
@@ -179,7 +179,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 		return Leader{}, e.fail("leader", ErrInvalidOption, err)
 	}
 	if ld.Owner == "" {
-		return Leader{}, e.fail("leader", ErrNoLeader, ErrNoLeader)
+		return Leader{}, e.fail("leader", ErrNoLeader, nil)
 	}
 	return ld, nil
 }

@@ -52,6 +52,23 @@ var myDialect = sqllock.Dialect{
 		n := myErrno(err)
 		return n == myTableDenied || n == myColumnDenied
 	},
+	Weighted: mysqlWeighted,
+}
+
+// mysqlWeighted creates the holders table (see sqllock.Dialect.Weighted).
+func mysqlWeighted(_, _, holders string) []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + holders + ` (
+	name       VARBINARY(512)  NOT NULL,
+	owner      VARBINARY(1024) NOT NULL,
+	weight     INT             NOT NULL,
+	holds      INT             NOT NULL,
+	token      BIGINT          NOT NULL,
+	expires_at BIGINT          NOT NULL,
+	PRIMARY KEY (name, owner),
+	KEY ` + holders + `_expires (expires_at)
+) ENGINE=InnoDB`,
+	}
 }
 
 // myErrno returns the number of a server's error, or 0.

@@ -156,7 +156,7 @@ func TestMigrateConcurrent(t *testing.T) {
 		}
 	}
 	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'mig_locks%'`).Scan(&n); err != nil || n != 3 {
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'test' AND TABLE_NAME LIKE 'mig_locks%'`).Scan(&n); err != nil || n != 4 {
 		t.Errorf("tables: %d, %v", n, err)
 	}
 }

@@ -49,8 +49,48 @@ var pgDialect = sqllock.Dialect{
 		return []sqllock.Table{{Name: listenersTable(locks), Columns: "pid, started",
 			Privileges: []string{"INSERT", "UPDATE", "DELETE"}}}
 	},
-	Missing: func(err error) bool { return pgCode(err) == "42P01" }, // undefined_table
-	Denied:  func(err error) bool { return pgCode(err) == "42501" }, // insufficient_privilege
+	Missing:  func(err error) bool { return pgCode(err) == "42P01" }, // undefined_table
+	Denied:   func(err error) bool { return pgCode(err) == "42501" }, // insufficient_privilege
+	Weighted: postgresWeighted,
+	Wake:     func(locks string) string { return `SELECT ` + locks + `_wake(?::text)` },
+}
+
+// postgresWeighted creates the holders table and the function of Wake:
+// under the listeners' lock (as the NOTIFY trigger, see postgresSchema) it
+// notifies the sequence of the name's first live fair waiter, whose turn
+// it is, and nothing when none is queued or nobody listens.
+func postgresWeighted(locks, waiters, holders string) []string {
+	ch := channel(locks)
+	return []string{
+		`SELECT pg_advisory_xact_lock(hashtext('dlock schema ' || '` + ch + `'))`,
+		`CREATE TABLE IF NOT EXISTS ` + holders + ` (
+	name       TEXT COLLATE "C" NOT NULL,
+	owner      TEXT    NOT NULL,
+	weight     INTEGER NOT NULL,
+	holds      INTEGER NOT NULL,
+	token      BIGINT  NOT NULL,
+	expires_at BIGINT  NOT NULL,
+	PRIMARY KEY (name, owner)
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + holders + `_expires ON ` + holders + ` (expires_at)`,
+		`CREATE OR REPLACE FUNCTION ` + locks + `_wake(n TEXT) RETURNS void LANGUAGE plpgsql AS $f$
+DECLARE
+	s TEXT;
+BEGIN
+	PERFORM pg_advisory_xact_lock_shared(` + listenKey(ch) + `);
+	IF current_setting('transaction_isolation') = 'read committed'
+		AND NOT EXISTS (SELECT 1 FROM ` + listenersTable(locks) + `) THEN
+		RETURN;
+	END IF;
+	SELECT w.seq::text INTO s FROM ` + waiters + ` w
+		WHERE w.name = n COLLATE "C" AND w.expires_at > ` + pgNow + ` AND w.owner <> '' AND w.expires_at >= 0
+		ORDER BY w.seq LIMIT 1;
+	IF s IS NOT NULL THEN
+		PERFORM pg_notify('` + ch + `', s);
+	END IF;
+END
+$f$`,
+	}
 }
 
 // pgCode returns the SQLSTATE of a server's error, or "".

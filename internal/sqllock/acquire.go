@@ -145,6 +145,9 @@ func (e *Engine) refusal(name string, s lockState, owner string, seq int64) erro
 	if s.fault != "" {
 		return e.foreign(name, s.fault)
 	}
+	if err := markConflict(s.owner); err != nil {
+		return err // a weighted name
+	}
 	if s.heldByOther(owner) {
 		return &dlock.HeldError{Holder: dlock.Holder{Owner: s.owner, Token: s.token, TTL: s.remaining}}
 	}
@@ -207,6 +210,9 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, nil, err
 	}
+	if req.Kind != dlock.KindMutex {
+		return e.wacquire(ctx, req)
+	}
 	if !(req.Fair && req.Wait) {
 		g, _, err := e.try(ctx, req)
 		if err != nil && req.Wait && errors.Is(err, dlock.ErrNotAcquired) {
@@ -230,6 +236,8 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 		return g, nil, nil
 	case s.fault != "":
 		return dlock.Grant{}, nil, e.foreign(req.Name, s.fault) // nothing queued
+	case isMark(s.owner):
+		return dlock.Grant{}, nil, markConflict(s.owner) // a weighted name
 	}
 	var seq int64
 	sent := time.Now()

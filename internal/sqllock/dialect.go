@@ -173,6 +173,21 @@ type Dialect struct {
 	// privileges checked by [Check] and [Migrate] (see [Tables]).
 	Denied func(error) bool
 
+	// Weighted, if set, returns the statements that create the holders
+	// table holders (name, owner, weight, holds, token, expires_at;
+	// primary key (name, owner); an index on expires_at) of lease table
+	// locks, and whatever Wake calls. They must be idempotent; Migrate runs
+	// them in one transaction after Reclaim's. nil: the dialect grants
+	// mutexes only.
+	Weighted func(locks, waiters, holders string) []string
+
+	// Wake, if set, returns a statement (argument: a name) that wakes the
+	// first live fair waiter of the name in other processes (PostgreSQL:
+	// a NOTIFY naming it). Weighted operations run it in their
+	// transaction where a change may let that waiter in. nil: other
+	// processes see the change through their Feed, or by looking again.
+	Wake func(locks string) string
+
 	// Classify sorts a database error: whether trying again may succeed
 	// (the database was locked or busy: nothing was done), whether the
 	// database cannot be reached, or neither.
@@ -213,9 +228,26 @@ var SQLite = Dialect{
 	Classify:     classifySQLite,
 	Missing:      func(err error) bool { return strings.Contains(err.Error(), "no such table") },
 	// One writer at a time: one fence row serves all names.
-	Buckets: 1,
-	Bucket:  func(name string) string { return "(0 * length(" + name + "))" },
-	Reclaim: sqliteReclaim,
+	Buckets:  1,
+	Bucket:   func(name string) string { return "(0 * length(" + name + "))" },
+	Reclaim:  sqliteReclaim,
+	Weighted: sqliteWeighted,
+}
+
+// sqliteWeighted creates SQLite's holders table (see Dialect.Weighted).
+func sqliteWeighted(_, _, holders string) []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + holders + ` (
+	name       TEXT    NOT NULL,
+	owner      TEXT    NOT NULL,
+	weight     INTEGER NOT NULL,
+	holds      INTEGER NOT NULL,
+	token      INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL,
+	PRIMARY KEY (name, owner)
+) WITHOUT ROWID`,
+		`CREATE INDEX IF NOT EXISTS ` + holders + `_expires ON ` + holders + ` (expires_at)`,
+	}
 }
 
 func sqliteIsInteger(expr string) string { return "typeof(" + expr + ") = 'integer'" }

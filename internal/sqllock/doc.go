@@ -117,4 +117,75 @@
 // live fair waiter, and by the waiter's heartbeat; a shared look is not
 // served past either expiry. Without a Feed, a
 // waiter looks again at an interval that backs off from 5 ms to 100 ms.
+//
+// # Semaphores and read-write locks
+//
+// Lease mode grants [dlock.KindSemaphore] and [dlock.KindRWMutex] on
+// dialects with a holders table ([Dialect.Weighted]; see [Engine.CanGrant]).
+// The state of a weighted name:
+//
+//   - its lease row, whose owner is a mark longer than any owner a Client
+//     gives (so no mutex holder can have it) that records the name's kind
+//     and limit, whose token is the name's one counter (shared with the
+//     mutex: the fence keeps it when the row is deleted), and whose
+//     expires_at is the latest expiry of its live holders (0 while only
+//     waiters are left). To the mutex's statements the row is held, or
+//     expired with waiters queued: they never take it while a permit or a
+//     waiter lives, and a refused mutex request reads the mark and fails
+//     with a [dlock.ConflictError];
+//   - the holders table (the lease table's name + "_holders"): a row per
+//     holder with its owner, weight, reentry count, token and expiry;
+//   - the waiters table, the same queue as fair mutex waiters: every
+//     waiting weighted request is fair (the Client makes it so).
+//
+// Every operation is one transaction that locks the name's fence bucket
+// (where writes are concurrent) and then its lease row, so the grant rule
+// is one atomic step judged by the database's clock: the weights of the
+// unexpired holders plus the request fit in the limit, and no live waiter
+// is queued before the request (golang.org/x/sync's head-of-line rule).
+// The same transaction deletes the name's expired holder rows, refuses a
+// kind or limit other than the mark's while the name has holders or
+// waiters, re-enters the owner's own row (same token, count + 1; more
+// weight than it holds is [dlock.ErrUpgrade]), and grants with the lease
+// row's token + 1. A refused request that will wait takes its queue row in
+// the same transaction and keeps the mark while it waits; a refused
+// request that will not wait writes nothing. A holder row edited into an
+// impossible state (a weight outside 1..limit, weights above the limit, a
+// count below 1, a token the counter never gave) is [dlock.ErrForeignData]
+// and nothing is written.
+//
+// Release deletes the holder row at count zero and recomputes the lease
+// row's expiry; the last holder with no waiter rows deletes the lease row.
+// Renew extends the holder row and the lease row in one transaction;
+// [Engine.Downgrade] lowers a holder's weight in place (a writer becomes a
+// reader, its token unchanged, no other request in between).
+//
+// Waking: a release, a downgrade, a waiter that leaves, and the grant of a
+// queued waiter (the next may fit too) wake the first waiter of the name:
+// in this process through the [Local], in others through [Dialect.Wake]
+// (PostgreSQL: a NOTIFY naming that waiter's queue row, sent only while a
+// process listens) or, without it, the Feed (SQLite's data_version poll)
+// or the waiters' backing-off looks (MySQL, as its fair mutex waiters). The
+// first waiter also wakes when the first holder's lease ends, and the
+// others when the first waiter's queue row may have died; a waiter whose
+// process died drops out after [Config.WaiterTimeout], as a fair mutex
+// waiter does.
+//
+// On MySQL each weighted transaction first takes the metadata locks of all
+// the tables it writes, holding no row lock (see wstatements.pin), and
+// [Migrate] creates the holders table only when it is missing: DDL on a
+// table in use otherwise joins row locks and metadata locks in a cycle
+// that MySQL does not detect.
+//
+// Tokens and fencing: every grant of any kind gets a token above every
+// earlier grant's of the name. For a semaphore, a fence that stores the
+// largest token it has seen and refuses smaller ones would refuse the
+// other legal permit holders, so a fence can check only that a token is
+// not below that of the last writer (read-write lock) or of a permit known
+// to have expired; see the root package's docs.
+//
+// Session mode grants mutexes only: a session lock is one advisory lock of
+// one connection, which counts no weights, keeps no arrival order among
+// several holders and carries no token per holder. [Backend.CanGrant] says
+// so, and the Client refuses those requests with [dlock.ErrInvalidOption].
 package sqllock

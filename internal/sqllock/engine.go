@@ -65,6 +65,7 @@ type Engine struct {
 	table    string
 	desc     string
 	q        statements
+	w        wstatements // of weighted grants
 	local    *Local
 	ownLocal bool
 	wttl     time.Duration
@@ -113,6 +114,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, cfg Config) (*Engine, error
 	e := &Engine{
 		db: db, d: d, table: cfg.Table, desc: cfg.Desc,
 		q:     newStatements(d, cfg.Table),
+		w:     newWStatements(d, cfg.Table),
 		local: cfg.Local, wttl: cfg.WaiterTimeout, onClose: cfg.OnClose,
 	}
 	if e.local == nil {

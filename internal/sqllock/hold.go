@@ -38,6 +38,9 @@ func (e *Engine) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) err
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
+	if h.Kind != dlock.KindMutex {
+		return e.wrenew(ctx, h, ttl)
+	}
 	var n int64
 	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
 		res, err := e.pool.ExecContext(ctx, e.q.renew, ttlMillis(ttl), h.Name, h.Owner, int64(h.Token))
@@ -63,6 +66,12 @@ func (e *Engine) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) err
 // a DELETE tried first); its token is kept by its fence bucket. The
 // waiters of this process are woken at once.
 func (e *Engine) Release(ctx context.Context, h dlock.Hold) error {
+	if h.Kind != dlock.KindMutex {
+		if err := e.checkOpen(); err != nil {
+			return err
+		}
+		return e.wrelease(ctx, h)
+	}
 	return e.release(ctx, h, e.d.DeleteFreed)
 }
 
@@ -153,7 +162,11 @@ func (e *Engine) Inspect(ctx context.Context, prefix string) ([]dlock.LockInfo, 
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		return rows.Close()
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		out, err = e.winspect(ctx, out) // a holder per row of weighted names
+		return err
 	})
 	if err != nil {
 		return nil, e.wrap(err)

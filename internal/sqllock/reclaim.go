@@ -32,6 +32,9 @@ func (e *Engine) sweep(ctx context.Context) (int64, error) {
 		if _, err := e.pool.ExecContext(ctx, e.q.sweepWaiters); err != nil {
 			return err
 		}
+		if err := e.sweepHolders(ctx); err != nil {
+			return err
+		}
 		del := func(q querier) error {
 			res, err := q.ExecContext(ctx, e.q.sweep)
 			if err != nil {

@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ func (e *Engine) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 			errs[i] = err
 		}
 		return errs
+	}
+	if slices.ContainsFunc(rs, func(r dlock.Renewal) bool { return r.Hold.Kind != dlock.KindMutex }) {
+		return e.renewMixed(ctx, rs)
 	}
 	for _, chunk := range renewChunks(rs) {
 		n, err := e.renewMany(ctx, rs, chunk)
@@ -114,4 +118,26 @@ WHERE l.holds > 0 AND l.expires_at > {NOW} AND (`)
 	q := Bind(e.d, e.table)(b.String())
 	e.renews.Store(size, q)
 	return q
+}
+
+// renewMixed is RenewBatch of renewals some of which are of weighted
+// holds: those are renewed one by one (a transaction each), the mutexes'
+// as a batch.
+func (e *Engine) renewMixed(ctx context.Context, rs []dlock.Renewal) []error {
+	errs := make([]error, len(rs))
+	var mutexes []dlock.Renewal
+	var at []int
+	for i, r := range rs {
+		if r.Hold.Kind != dlock.KindMutex {
+			errs[i] = e.Renew(ctx, r.Hold, r.TTL)
+			continue
+		}
+		mutexes, at = append(mutexes, r), append(at, i)
+	}
+	if len(mutexes) > 0 {
+		for k, err := range e.RenewBatch(ctx, mutexes) {
+			errs[at[k]] = err
+		}
+	}
+	return errs
 }

@@ -324,5 +324,23 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%s missing after they were created", tableList(missing))
 	}
+	// The holders table of weighted grants, only when missing: DDL on a
+	// table in use waits for the transactions that read it (MySQL's
+	// metadata locks), which may wait for this one.
+	if d.Weighted != nil && e.checkQueries(ctx, holdersCheck(table)) != nil {
+		err := e.write(ctx, func(ctx context.Context) error {
+			return e.tx(ctx, func(c *sql.Conn) error {
+				for _, q := range d.Weighted(table, WaitersTable(table), HoldersTable(table)) {
+					if _, err := c.ExecContext(ctx, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("create the holders table %s: %w", HoldersTable(table), e.wrap(err))
+		}
+	}
 	return e.checkPrivileges(ctx, table)
 }

@@ -54,6 +54,8 @@ type waiter struct {
 	// attempt, with the channels taken before that attempt: the next Wait
 	// starts from it instead of reading the state again.
 	pending *pendingLook
+
+	weighted bool // a request of a weighted kind: see wwait, wacquire
 }
 
 type pendingLook struct {
@@ -122,6 +124,9 @@ const deferDelay = 5 * time.Millisecond
 // refreshed every third of the waiter timeout meanwhile (see
 // Engine.beat).
 func (w *waiter) Wait(ctx context.Context) error {
+	if w.weighted {
+		return w.wwait(ctx)
+	}
 	if err := w.start(ctx); err != nil {
 		return err
 	}
@@ -348,6 +353,9 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, err
 	}
+	if w.weighted {
+		return w.wacquire(ctx)
+	}
 	local, remote := w.channels(true)
 	epoch := w.e.local.epochNow()
 	if !w.fair {
@@ -419,6 +427,9 @@ func (w *waiter) fairAttempt(ctx context.Context) (g dlock.Grant, ok bool, s loc
 func (w *waiter) Cancel(ctx context.Context) error {
 	if w.ended {
 		return nil
+	}
+	if w.weighted {
+		return w.wcancel(ctx)
 	}
 	w.end()
 	if !w.fair {
