@@ -17,12 +17,26 @@ import (
 // holder's owner id once it holds the lock.
 func holdLock(t *testing.T, url, name string, extra ...string) (*proc, string) {
 	t.Helper()
+	p, owner, _ := holdLockToken(t, url, name, extra...)
+	return p, owner
+}
+
+// holdLockToken is holdLock that also returns the holder's token.
+func holdLockToken(t *testing.T, url, name string, extra ...string) (*proc, string, uint64) {
+	t.Helper()
 	ready := filepath.Join(t.TempDir(), "ready")
 	args := append([]string{"run", "--url", url, "--name", name}, extra...)
-	args = append(args, "--", "sh", "-c", `echo "$DLOCK_OWNER" > "$0"; while :; do sleep 0.05; done`, ready)
+	args = append(args, "--", "sh", "-c", `echo "$DLOCK_OWNER $DLOCK_TOKEN" > "$0"; while :; do sleep 0.05; done`, ready)
 	p := start(t, nil, args...)
-	owner := strings.TrimSpace(waitFile(t, ready, p))
-	return p, owner
+	f := strings.Fields(waitFile(t, ready, p))
+	if len(f) != 2 {
+		t.Fatalf("holder wrote %q, want its owner and token", f)
+	}
+	token, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		t.Fatalf("holder's token: %v", err)
+	}
+	return p, f[0], token
 }
 
 // stop ends a holder started by holdLock: SIGTERM is forwarded to its
@@ -87,15 +101,17 @@ func TestWaitTimesOut(t *testing.T) {
 // for whom, then runs with the next token.
 func TestWaitsForTheHolder(t *testing.T) {
 	url := sqliteURL(t)
-	holder, owner := holdLock(t, url, "queue")
-	waiter := start(t, nil, "run", "--url", url, "--name", "queue", "--fair", "--", "sh", "-c", `echo "token=$DLOCK_TOKEN"`)
+	holder, owner, token := holdLockToken(t, url, "queue")
+	waiter := start(t, nil, "run", "--url", url, "--name", "queue", "--fair", "--", "sh", "-c", `echo "$DLOCK_TOKEN"`)
 	waitStderr(t, waiter, "waiting for lock")
 	holder.stop()
 	if code := waiter.wait(); code != 0 {
 		t.Fatalf("waiter exit code %d; stderr:\n%s", code, waiter.stderr.String())
 	}
-	if got := strings.TrimSpace(waiter.stdout.String()); got != "token=2" {
-		t.Errorf("waiter's command printed %q, want token=2", got)
+	// A new SQLite file's tokens start at the clock in µs, not at 1: the
+	// next grant's is above the holder's.
+	if got, err := strconv.ParseUint(strings.TrimSpace(waiter.stdout.String()), 10, 64); err != nil || got <= token {
+		t.Errorf("waiter's command printed token %q, want one above the holder's %d", waiter.stdout.String(), token)
 	}
 	if n := strings.Count(waiter.stderr.String(), "waiting for lock"); n != 1 {
 		t.Errorf("%d waiting lines, want 1:\n%s", n, waiter.stderr.String())

@@ -1,93 +1,116 @@
 // Command dlock runs programs under distributed locks, like flock(1) across
-// machines, and shows who holds which lock.
+// machines, and shows who holds which lock. Each command is described in
+// full by 'dlock help COMMAND'; this is the overview.
 //
 // Usage:
 //
-//	dlock run [--url URL] [--connect-timeout D] --name NAME [--ttl D] [--wait D] [--owner ID] [--fair] [--grace D] -- COMMAND [ARG...]
-//	dlock status [--url URL] [--connect-timeout D] [--prefix P]
-//	dlock migrate [--url URL] [--connect-timeout D]
-//	dlock bench [--url URL] [--workloads W,...] [--duration D] [--fair] [--json]
+//	dlock run [flags] NAME [--] COMMAND [ARG...]      (or NAME -c STRING, or --name NAME -- COMMAND)
+//	dlock hold [flags] NAME
+//	dlock release --force [--yes] [flags] NAME
+//	dlock elect [flags] NAME [--] COMMAND [ARG...]
+//	dlock leader [--json] [--watch] [flags] NAME
+//	dlock status [--json] [--watch] [--prefix P] [flags] [NAME...]
+//	dlock migrate [flags]
+//	dlock bench [flags]
+//	dlock verify (--url URL | --local KIND) --out DIR [flags]
+//	dlock version
+//	dlock completion bash|zsh|fish
 //	dlock help [COMMAND]
 //
 // The backend is named by a URL: --url, else $DLOCK_URL, else an SQLite
 // file in the user's state directory,
 // sqlite://$XDG_STATE_HOME/dlock/locks.db (or ~/.local/state/dlock/locks.db),
-// which coordinates the user's own processes on one host: another user, and
-// root under sudo, have a file of their own. 'dlock help run' shows how to
-// set up a database that every user of a host shares, for locks like
-// flock(1)'s on a shared file.
+// which coordinates the user's own processes on one host. 'dlock help run'
+// shows how to share one database among all users of a host; 'dlock help'
+// lists the URL schemes built in. mem:// is refused by the commands that
+// lock: it would exclude nothing between processes.
 //
-// # dlock run
+// # run
 //
-// dlock run waits for the lock NAME, then runs COMMAND holding it and
-// releases it when COMMAND exits. Like flock(1), it waits for as long as it
-// takes unless told otherwise: --wait 0 fails at once if the lock is held
-// (flock -n), --wait 30s waits at most 30 seconds (flock -w). While it
-// waits it says on stderr who holds the lock, and again whenever the holder
-// changes.
+// dlock run waits for the lock NAME, runs COMMAND holding it, and releases
+// it when COMMAND exits. With NAME as an argument it follows flock(1): the
+// same spellings (-n, -w, -E, -c, -s, -x, -F, --verbose), silence while
+// waiting off a terminal, exit 1 when busy, 64 for a bad option, 69 when
+// COMMAND cannot be executed. With --name it follows dlock's own
+// conventions: exit 3 when busy, 2 for a bad option. --limit N takes one of
+// N permits of a semaphore, -s and -x the read and write sides of a
+// read-write lock; --min-hold D keeps the name taken until D after the
+// grant even if COMMAND finishes sooner (for scheduled jobs). COMMAND gets
+// DLOCK_NAME, DLOCK_TOKEN (the fencing token), DLOCK_OWNER and DLOCK_URL
+// (without secrets); if the lease is lost it gets SIGTERM, then SIGKILL
+// after --grace, and dlock exits 4. If dlock dies, COMMAND's process group
+// dies with it. --ttl is how long the backend keeps the lock after dlock
+// dies; on ZooKeeper dlock sets the session timeout to it.
 //
-// COMMAND runs with stdin, stdout and stderr passed through, in a process
-// group of its own (given the terminal when dlock has it), with
-// DLOCK_NAME, DLOCK_TOKEN (the fencing token of the grant), DLOCK_OWNER and
-// DLOCK_URL in its environment. The lease is renewed every TTL/3 while
-// COMMAND runs. If it is lost nonetheless — the backend gave the lock away
-// or could not be reached before the lease ran out — dlock sends SIGTERM to
-// COMMAND's process group, SIGKILL after --grace, and exits 4.
-// If dlock itself dies (kill -9, the OOM killer), COMMAND's process group
-// dies with it before the lock can be granted again: a guard process (a
-// second dlock) joins the group before COMMAND starts and kills it with
-// SIGKILL when dlock is gone, and on Linux COMMAND also has
-// PR_SET_PDEATHSIG(SIGKILL). Processes
-// that leave the group (setsid, setpgid) are not killed; 'dlock help run'
-// lists the other limits.
-// SIGHUP, SIGINT, SIGQUIT and SIGTERM sent to dlock are passed on to
-// COMMAND's process group, except those that dlock was started with
-// ignored (SIGHUP under nohup), which stay ignored by both; the lock is
-// released once COMMAND has exited. Suspending dlock for longer than the
-// TTL loses the lock.
+// Exit status: COMMAND's own (128+N if killed by signal N); 1 or 3 busy
+// (or -E's code); 2 (64) configuration error; 4 the lock was not held
+// throughout; 5 backend error; 6 foreign data in the store; 7 the release
+// failed after COMMAND succeeded; 126 (69) COMMAND cannot be executed;
+// 127 (69) not found. dlock writes a message on stderr for each code of
+// its own.
 //
-// # Exit status of dlock run
+// # hold
 //
-//	N      COMMAND ran, holding the lock throughout, and exited with status N
-//	128+N  COMMAND was killed by signal N (130 for SIGINT, 143 for SIGTERM),
-//	       or dlock got signal N while it was waiting for the lock
-//	2      usage error: a bad flag, URL, lock name, owner or TTL
-//	3      the lock is busy: not acquired within --wait
-//	4      the lock was not held throughout: the lease was lost while
-//	       COMMAND ran (COMMAND was terminated, or had just exited), or the
-//	       release found the lock taken over by another owner
-//	5      backend error: the backend cannot be opened or does not answer
-//	126    COMMAND cannot be executed (for example permission denied)
-//	127    COMMAND was not found
+// dlock hold takes the lock NAME, prints its token on stdout and holds it,
+// renewing it, until interrupted (like etcdctl lock); then it releases it.
 //
-// A COMMAND that itself exits with 2, 3, 4 or 5 is not told apart from
-// dlock's own codes except by the message dlock writes on stderr, which it
-// does for every code of its own.
+// # release
 //
-// # dlock status
+// dlock release --force releases a stuck lock held by someone else, after
+// saying who holds it and asking for confirmation (unless --yes). The old
+// holder's lease is lost, and its token is never granted again: the next
+// grant's is higher, so a resource that checks tokens refuses its late
+// writes. A free or unknown name is an error and changes nothing.
 //
-// dlock status lists the locks held on the backend (those whose names start
-// with --prefix) with owner, fencing token, reentry count, remaining lease
-// and waiters. It exits 0 on success, 1 if the backend cannot list locks,
-// 2 on a usage error and 5 on a backend error.
+// # elect
 //
-// # dlock migrate
+// dlock elect campaigns in the election NAME with --value (default:
+// host/pid) and runs COMMAND while this process leads; DLOCK_TOKEN is the
+// term. Losing leadership ends COMMAND as a lost lease does under run.
 //
-// dlock migrate creates the lease table and the waiters table of an SQL
-// backend (sqlite, postgres, mysql; the table is the URL's ?table=) if they
-// do not exist, and checks that existing ones are dlock's. The backends do
-// the same on first use; migrate does it ahead of time, for instance as a
-// user allowed to create tables. Other backends keep no tables: it says so
-// and exits 0. It exits 2 on a usage error and 5 if the backend cannot be
-// opened or a table of that name is not dlock's.
+// # leader
 //
-// # dlock bench
+// dlock leader prints the election's leader, its value and term, or "no
+// leader" (exit 1); --json as an object, --watch a line per change.
 //
-// dlock bench measures the backend with the standard workloads of package
-// dlocktest, each timed after a 0.5 s warm-up: uncontended, distinct
-// names, 8 and 64 contenders on one name, a herd of 10, 100 and 1,000
-// waiters, and 10,000 and 100,000 leases held. It prints a table on stdout
-// (--json: JSON) with the backend calls per operation and, on Redis, etcd,
-// ZooKeeper and MySQL, the requests the store counted. It exits 0 when every workload ran, 1 if
-// one failed, 2 on a usage error and 5 on a backend error.
+// # status
+//
+// dlock status lists the holders of the locks on the backend (or of the
+// names given): owner, token, kind, weight, reentry count, lease left and
+// waiters; data dlock did not write is listed and marked. --json prints
+// JSON, --watch follows the changes.
+//
+// # migrate
+//
+// dlock migrate creates the tables of an SQL backend (sqlite, postgres,
+// mysql) ahead of first use and checks that existing ones are dlock's;
+// other backends keep no schema.
+//
+// # bench
+//
+// dlock bench measures the backend with the standard workloads
+// (uncontended, distinct names, contended, herds of waiters, many leases
+// held) and prints a table, or JSON with --json.
+//
+// # verify
+//
+// dlock verify proves the lock's guarantees on a store: worker processes
+// contend for a lock and do fenced writes while faults are injected
+// (pauses, kills, cut connections, clock skew); the recorded history is
+// checked for overlapping grants, tokens that go back, and stale writes
+// accepted.
+//
+// # version
+//
+// dlock version (or --version) prints the module version and VCS revision
+// from the build info.
+//
+// # completion
+//
+// dlock completion prints a completion script for bash, zsh or fish.
+//
+// # help
+//
+// dlock help lists the commands in groups with an example each; dlock help
+// COMMAND shows a command's flags and exit status.
 package main

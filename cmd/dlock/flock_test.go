@@ -166,13 +166,13 @@ func TestHoldAndForceRelease(t *testing.T) {
 
 func TestStatusJSON(t *testing.T) {
 	u := sqliteURL(t)
-	_, owner := holdLock(t, u, "j")
+	_, owner, token := holdLockToken(t, u, "j")
 	r := runDlock(t, nil, "status", "--url", u, "--json")
 	var got []jsonInfo
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != 0 {
 		t.Fatalf("exit %d, %v; stdout %q", r.code, err, r.stdout)
 	}
-	if len(got) != 1 || got[0].Name != "j" || got[0].Owner != owner || got[0].Token != 1 || got[0].Kind != "mutex" || got[0].Foreign {
+	if len(got) != 1 || got[0].Name != "j" || got[0].Owner != owner || got[0].Token != token || got[0].Kind != "mutex" || got[0].Foreign {
 		t.Errorf("status --json = %+v", got)
 	}
 }

@@ -7,32 +7,42 @@ import (
 	"testing"
 )
 
-// TestKindsOnSQLite: --limit, -s, -x and elect either run (a backend that
-// grants them) or are refused with exit 2 and a message naming the
-// backend's limit; leader of a free election says "no leader" and exits 1.
+// TestKindsOnSQLite: --limit and -s/-x really run on SQLite, across
+// processes: two --limit 2 holders at once and a third busy; two -s
+// holders at once and a -x busy. elect either runs or is refused with
+// exit 2 and a message naming the backend; leader of a free election
+// says "no leader" and exits 1.
 func TestKindsOnSQLite(t *testing.T) {
 	u := sqliteURL(t)
-	for _, args := range [][]string{
-		{"run", "--url", u, "--limit", "2", "k1", "sh", "-c", "echo ran"},
-		{"run", "--url", u, "-s", "k2", "sh", "-c", "echo ran"},
-		{"run", "--url", u, "-x", "k3", "sh", "-c", "echo ran"},
-		{"elect", "--url", u, "k4", "--", "sh", "-c", "echo ran"},
+	for _, tc := range []struct {
+		name       string
+		held, busy []string
+	}{
+		{"k1", []string{"--limit", "2"}, []string{"--limit", "2"}},
+		{"k2", []string{"-s"}, []string{"-x"}},
 	} {
-		r := runDlock(t, nil, args...)
-		switch r.code {
-		case 0:
-			if strings.TrimSpace(r.stdout) != "ran" {
-				t.Errorf("%q: stdout %q", args, r.stdout)
-			}
-		case 2:
-			if !strings.Contains(r.stderr, "cannot hold this kind of lock") || !strings.Contains(r.stderr, "sqlite") {
-				t.Errorf("%q refused without a clear message: %q", args, r.stderr)
-			}
-		default:
-			t.Errorf("%q: exit %d; stderr %q", args, r.code, r.stderr)
+		holdLock(t, u, tc.name, tc.held...)
+		holdLock(t, u, tc.name, tc.held...) // at once with the first
+		args := append(append([]string{"run", "--url", u, "--name", tc.name, "--wait", "0"}, tc.busy...), "--", "sh", "-c", "echo ran")
+		if r := runDlock(t, nil, args...); r.code != exitBusy || r.stdout != "" {
+			t.Errorf("%q while two %q holders hold it: exit %d, stdout %q, want %d (busy); stderr:\n%s", args, tc.held, r.code, r.stdout, exitBusy, r.stderr)
 		}
 	}
-	r := runDlock(t, nil, "leader", "--url", u, "k5")
+	args := []string{"elect", "--url", u, "k4", "--", "sh", "-c", "echo ran"}
+	r := runDlock(t, nil, args...)
+	switch r.code {
+	case 0:
+		if strings.TrimSpace(r.stdout) != "ran" {
+			t.Errorf("%q: stdout %q", args, r.stdout)
+		}
+	case 2:
+		if !strings.Contains(r.stderr, "sqlite") || !strings.Contains(r.stderr, "election") {
+			t.Errorf("%q refused without a clear message: %q", args, r.stderr)
+		}
+	default:
+		t.Errorf("%q: exit %d; stderr %q", args, r.code, r.stderr)
+	}
+	r = runDlock(t, nil, "leader", "--url", u, "k5")
 	if r.code != 1 || strings.TrimSpace(r.stdout) != "no leader" {
 		t.Errorf("leader of a free election: exit %d, %q", r.code, r.stdout)
 	}

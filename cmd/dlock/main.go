@@ -374,9 +374,11 @@ func openClient(ctx context.Context, e *env, rawURL string, connect optDuration,
 		}
 	}
 	logger := cliLogger(e.stderr, verbose)
-	// The drivers' own lines (go-redis, the MySQL driver) go to
-	// slog.Default() at debug level: shown with --verbose only.
+	// The drivers' own lines (go-redis, the MySQL driver; the library
+	// silences them) and anything on slog.Default() at debug level: shown
+	// with --verbose only.
 	slog.SetDefault(logger)
+	driverLogs(logger)
 	c, err := dlock.Open(ctx, open, dlock.WithLogger(logger))
 	if err != nil {
 		e.errorf("%v", err)

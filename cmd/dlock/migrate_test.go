@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestMigrateSQLite(t *testing.T) {
 	}
 
 	r := runDlock(t, nil, "migrate", "--url", url+"?table=theirs")
-	if r.code != exitBackend || !strings.Contains(r.stderr, "theirs") || !strings.Contains(r.stderr, "not a dlock table") {
+	if r.code != exitForeign || !strings.Contains(r.stderr, "theirs") || !strings.Contains(r.stderr, "not a dlock table") {
 		t.Errorf("someone else's table: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	r = runDlock(t, nil, "migrate", "--url", url+"?table=no-dashes")
@@ -74,7 +75,7 @@ func TestMigratePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 4 || rows[0][0] != "pg_jobs" || rows[1][0] != "pg_jobs_fence" || rows[2][0] != "pg_jobs_listeners" || rows[3][0] != "pg_jobs_waiters" {
+	if fmt.Sprint(rows) != "[[pg_jobs] [pg_jobs_fence] [pg_jobs_holders] [pg_jobs_listeners] [pg_jobs_waiters]]" {
 		t.Errorf("tables after migrate: %v", rows)
 	}
 }
@@ -92,7 +93,7 @@ func TestMigrateMariaDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 3 || rows[0][0] != "my_jobs" || rows[1][0] != "my_jobs_fence" || rows[2][0] != "my_jobs_waiters" {
+	if fmt.Sprint(rows) != "[[my_jobs] [my_jobs_fence] [my_jobs_holders] [my_jobs_waiters]]" {
 		t.Errorf("tables after migrate: %v", rows)
 	}
 }

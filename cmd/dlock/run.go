@@ -46,8 +46,8 @@ func init() {
 
 // runOrder is the order of dlock run's flags in its help.
 var runOrder = []string{"url URL", "connect-timeout D", "name NAME", "n|nb|nonblock|nonblocking", "w|wait|timeout D",
-	"E|conflict-exit-code N", "c|command STRING", "s|shared", "x|e|exclusive", "limit N", "ttl D", "owner ID", "fair",
-	"grace D", "F|no-fork", "quiet", "verbose"}
+	"E|conflict-exit-code N", "c|command STRING", "s|shared", "x|e|exclusive", "limit N", "ttl D", "min-hold D", "owner ID",
+	"fair", "grace D", "F|no-fork", "quiet", "verbose"}
 
 const runUsage = `Usage: dlock run [flags] NAME [--] COMMAND [ARG...]
        dlock run [flags] NAME -c STRING
@@ -83,6 +83,19 @@ dlock waits for the lock (for as long as it takes, as flock does, unless
 --wait says otherwise), runs COMMAND holding it, and releases it when COMMAND
 exits. While it waits it says on stderr who holds the lock, and again when
 the holder changes. The lease is renewed every TTL/3 while COMMAND runs.
+
+Scheduled jobs: --min-hold D keeps NAME taken until D after the grant even
+when COMMAND finishes earlier (ShedLock's lockAtLeastFor), so that the same
+cron entry on a host whose clock or timer is a little late finds the lock
+busy and does not run the job a second time:
+  dlock run -n --min-hold 5m nightly ./report.sh     (in every host's crontab)
+dlock still exits as soon as COMMAND does: rather than release the lock, it
+leaves it in the store to expire D after the grant, judged by the store's
+clock, with no process left running. A COMMAND that runs longer than D
+releases the lock as usual. Only backends whose locks outlive their client
+can: redis, redlock, and the lease tables of sqlite, postgres and mysql;
+the others (etcd, zookeeper, the SQL session modes) refuse --min-hold with
+exit 2.
 
 COMMAND gets stdin, stdout and stderr, runs in a process group of its own
 (given the terminal if dlock has it in the foreground), and finds in its
@@ -150,6 +163,19 @@ Backend:
   --preserve-env=DLOCK_URL). Every user can then hold, or delete, any lock
   in it; a group and modes 2770 and 0660 narrow that to the group.
 
+  How long a dlock that dies (kill -9, a crash, a frozen or cut-off host)
+  keeps the lock: --ttl. On ZooKeeper the lock lives as long as dlock's
+  session, so dlock run, hold and elect open a zk:// URL that has no
+  session_timeout with a session timeout of --ttl (30s without --ttl): the
+  servers then give the lock up --ttl after dlock stops answering, as the
+  other backends do. The servers grant session timeouts between their
+  minSessionTimeout and maxSessionTimeout only (2 and 20 tickTimes: 4s and
+  40s with the default tickTime of 2s): a --ttl below the minimum is refused
+  (exit 2), as one above the maximum is, rather than kept longer or shorter
+  than asked. A URL with a session_timeout of its own keeps it: then a dead
+  dlock keeps the lock for that session timeout, which must be at least
+  --ttl.
+
   A stuck lock (its holder died) frees itself when its TTL runs out; dlock
   status shows who holds it and for how long. To free it at once, stop the
   holder, then delete the lock's row, never the file:
@@ -201,6 +227,7 @@ type runFlags struct {
 	fs       *flag.FlagSet
 	name     string
 	ttl      optDuration
+	minHold  optDuration
 	wait     optDuration
 	waitErr  error // a bad -w/--wait/--timeout, reported by check
 	nonblock bool
@@ -225,7 +252,8 @@ func runFlagSet(fs *flag.FlagSet) any {
 	f := &runFlags{fs: fs, grace: optDuration{d: defaultGrace}}
 	f.define(fs, "print flock's lines (how long getting the lock took, the\ncommand executed, why it was not acquired) and the\nlibrary's renewal errors and other details")
 	fs.StringVar(&f.name, "name", "", "the lock's name: 1-255 bytes of UTF-8 without NUL; or give\nit as the first argument, as flock's FILE")
-	fs.Var(&f.ttl, "ttl", "lease time to live: how long the backend keeps the lock\nafter dlock stops renewing it, e.g. dies (default 30s,\nminimum 100ms)")
+	fs.Var(&f.ttl, "ttl", "lease time to live: how long the backend keeps the lock\nafter dlock stops renewing it, e.g. dies (default 30s,\nminimum 100ms); on ZooKeeper the session timeout too\n(see Backend)")
+	fs.Var(&f.minHold, "min-hold", "keep the name taken until D after the grant even if\nCOMMAND exits earlier, with no process left running (see\nScheduled jobs above)")
 	for _, n := range []string{"n", "nb", "nonblock", "nonblocking"} {
 		fs.BoolVar(&f.nonblock, n, false, "do not wait: fail at once if the lock is held (as --wait 0)")
 	}
@@ -386,6 +414,8 @@ func (f *runFlags) check(e *env, cmd string, args []string, withCommand bool) (c
 		return f.usage(e, cmd, "unexpected arguments %q", args), false
 	case f.wait.d < 0:
 		return f.usage(e, cmd, "--wait %v is negative", f.wait.d), false
+	case f.minHold.d < 0:
+		return f.usage(e, cmd, "--min-hold %v is negative", f.minHold.d), false
 	case f.grace.d < 0:
 		return f.usage(e, cmd, "--grace %v is negative", f.grace.d), false
 	case f.limit < 0 || (f.isSet("limit") && f.limit == 0):
@@ -408,6 +438,9 @@ func (f *runFlags) lockOptions() []dlock.Option {
 	mopts := []dlock.Option{}
 	if f.ttl.set {
 		mopts = append(mopts, dlock.TTL(f.ttl.d))
+	}
+	if f.minHold.d > 0 {
+		mopts = append(mopts, dlock.MinHold(f.minHold.d))
 	}
 	if f.isSet("owner") {
 		mopts = append(mopts, dlock.Owner(f.owner))
