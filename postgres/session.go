@@ -74,7 +74,68 @@ func sessionDialect(closed func(pc *pgconn.PgConn) bool) sqllock.SessionDialect 
 			err := c.QueryRowContext(ctx, `SELECT pg_advisory_unlock($1), set_config('idle_session_timeout', '0', false)`, key).Scan(&ok, new(string))
 			return ok, err
 		},
+		Weighted: pgWeighted,
 	}
+}
+
+// pgWeighted is session mode's read-write lock on PostgreSQL: a reader
+// holds the name's advisory key shared (pg_advisory_lock_shared), a writer
+// exclusive (pg_advisory_lock), each on its own connection. PostgreSQL's
+// lock manager queues a request behind any waiting request it conflicts
+// with (LockAcquire checks the lock's wait mask before the holders), and
+// the try functions are refused in that case too: so once a writer waits,
+// later readers wait behind it — the head-of-line rule — while readers
+// that arrive with no writer waiting share at once. A connection that
+// holds the key exclusive and asks it shared is granted at once, ahead of
+// the waiters (ProcSleep puts a requester that holds what they wait for
+// in front of them): that is the downgrade. The idle timeout is set as
+// for the mutex.
+var pgWeighted = &sqllock.SessionWeighted{
+	Try: func(ctx context.Context, c *sql.Conn, key any, shared bool, ttl int64) (bool, error) {
+		var ok bool
+		err := c.QueryRowContext(ctx, `WITH t AS MATERIALIZED (SELECT `+pgAdvisory("pg_try_advisory_lock", shared)+`($1) AS ok)
+SELECT t.ok, `+strings.Replace(pgIdleIf("t.ok"), "?", "$2", 1)+` FROM t`, key, pgIdleArg(ttl)).Scan(&ok, new(sql.NullString))
+		return ok, err
+	},
+	Lock: func(ctx context.Context, c *sql.Conn, key any, shared bool, ttl int64) error {
+		_, err := c.ExecContext(ctx, `SELECT `+pgAdvisory("pg_advisory_lock", shared)+`($1), `+strings.Replace(pgIdle, "?", "$2", 1), key, pgIdleArg(ttl))
+		return err
+	},
+	Held: func(ctx context.Context, c *sql.Conn, key any, shared bool, ttl int64) (bool, error) {
+		classid, objid := pgKeyParts(key)
+		mode := "ExclusiveLock"
+		if shared {
+			mode = "ShareLock"
+		}
+		var ok bool
+		err := c.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks p WHERE p.locktype = 'advisory' AND p.pid = pg_backend_pid()
+	AND p.classid = $1::bigint::oid AND p.objid = $2::bigint::oid AND p.objsubid = 1 AND p.granted AND p.mode = $3), `+
+			strings.Replace(pgIdle, "?", "$4", 1), classid, objid, mode, pgIdleArg(ttl)).Scan(&ok, new(sql.NullString))
+		return ok, err
+	},
+	Unlock: func(ctx context.Context, c *sql.Conn, key any, shared bool) (bool, error) {
+		var ok bool
+		err := c.QueryRowContext(ctx, `SELECT `+pgAdvisory("pg_advisory_unlock", shared)+`($1), set_config('idle_session_timeout', '0', false)`, key).Scan(&ok, new(string))
+		return ok, err
+	},
+	Share: func(ctx context.Context, c *sql.Conn, key any) error {
+		_, err := c.ExecContext(ctx, `SELECT pg_advisory_lock_shared($1)`, key)
+		return err
+	},
+	Drop: func(ctx context.Context, c *sql.Conn, key any) (bool, error) {
+		var ok bool
+		err := c.QueryRowContext(ctx, `SELECT pg_advisory_unlock($1)`, key).Scan(&ok)
+		return ok, err
+	},
+}
+
+// pgAdvisory returns the shared variant of advisory lock function fn if
+// shared.
+func pgAdvisory(fn string, shared bool) string {
+	if shared {
+		return fn + "_shared"
+	}
+	return fn
 }
 
 type pgSessionStatements struct {

@@ -83,6 +83,11 @@ type SessionDialect struct {
 	// Interrupt stops the statement that c runs (a waiting Lock), from
 	// another connection of db or out of band.
 	Interrupt func(ctx context.Context, db *sql.DB, info ConnInfo) error
+
+	// Weighted, if set, grants read-write locks (and semaphores of 1) in
+	// session mode: see session_weighted.go. Without it session mode
+	// grants mutexes only.
+	Weighted *SessionWeighted
 }
 
 // ConnInfo is what a SessionDialect knows of one session connection.
@@ -125,8 +130,9 @@ type Sessions struct {
 	bg sync.WaitGroup // timers' and watchers' work, waiters' Lock statements
 	mu sync.Mutex
 	// guarded by mu
-	held    map[string]*session       // anchor sessions by name
-	waiting map[*sessionWaiter]func() // interrupts of the Lock statements in flight
+	held    map[string]*session // anchor sessions by name
+	wheld   map[wkey]*session   // sessions of weighted holds (session_weighted.go)
+	waiting map[any]func()      // interrupts of the Lock statements in flight
 	report  func(dlock.Hold, error)
 	closed  bool
 	stop    chan struct{} // closes to end the watcher
@@ -138,6 +144,12 @@ type session struct {
 	token       uint64
 	key         any
 	info        ConnInfo
+	kind        dlock.Kind // of a weighted hold (see session_weighted.go); KindMutex for the mutex
+	limit       int
+	// shared says c holds the advisory lock in shared mode (a reader).
+	// Guarded by cmu.
+	shared bool
+	weight int // guarded by Sessions.mu
 
 	cmu sync.Mutex // serializes statements on c
 	c   *sql.Conn
@@ -161,8 +173,8 @@ const sessionWatch = 100 * time.Millisecond
 // NewSessions returns session mode over e's database and lease table.
 // Close closes e.
 func NewSessions(e *Engine, d SessionDialect) *Sessions {
-	s := &Sessions{e: e, d: d, db: e.db, held: make(map[string]*session),
-		waiting: make(map[*sessionWaiter]func()), stop: make(chan struct{})}
+	s := &Sessions{e: e, d: d, db: e.db, held: make(map[string]*session), wheld: make(map[wkey]*session),
+		waiting: make(map[any]func()), stop: make(chan struct{})}
 	s.bg.Add(1)
 	go s.watch()
 	return s

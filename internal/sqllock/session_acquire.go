@@ -31,6 +31,9 @@ func (s *Sessions) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant,
 	if err := ctx.Err(); err != nil {
 		return dlock.Grant{}, nil, err
 	}
+	if req.Kind != dlock.KindMutex {
+		return s.wacquire(ctx, req)
+	}
 	if g, ok, err := s.reenter(ctx, req); ok || err != nil {
 		return g, nil, err
 	}
@@ -158,9 +161,12 @@ func (s *Sessions) kill(se *session, cause error, locked bool) {
 	if s.held[se.name] == se {
 		delete(s.held, se.name)
 	}
+	if k := (wkey{se.name, se.owner}); s.wheld[k] == se {
+		delete(s.wheld, k)
+	}
 	se.timer.Stop()
 	report := s.report
-	h := dlock.Hold{Name: se.name, Owner: se.owner, Token: se.token}
+	h := dlock.Hold{Name: se.name, Owner: se.owner, Token: se.token, Kind: se.kind}
 	s.mu.Unlock()
 	if !locked {
 		se.cmu.Lock()
@@ -193,6 +199,11 @@ func (s *Sessions) watch() {
 		s.mu.Lock()
 		var check []*session
 		for _, se := range s.held {
+			if se.info.Closed != nil {
+				check = append(check, se)
+			}
+		}
+		for _, se := range s.wheld {
 			if se.info.Closed != nil {
 				check = append(check, se)
 			}

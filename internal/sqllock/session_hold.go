@@ -24,6 +24,9 @@ func (s *Sessions) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) e
 	if err := s.e.checkOpen(); err != nil {
 		return err
 	}
+	if h.Kind != dlock.KindMutex {
+		return s.wrenew(ctx, h, ttl)
+	}
 	se := handleOf(h)
 	if se == nil {
 		return s.e.Renew(ctx, h, ttl)
@@ -77,6 +80,9 @@ func (s *Sessions) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 func (s *Sessions) Release(ctx context.Context, h dlock.Hold) error {
 	if err := s.e.checkOpen(); err != nil {
 		return err
+	}
+	if h.Kind != dlock.KindMutex {
+		return s.wrelease(ctx, h)
 	}
 	se := handleOf(h)
 	if se == nil {
@@ -148,6 +154,9 @@ func (s *Sessions) Close() error {
 	close(s.stop)
 	var held []*session
 	for _, se := range s.held {
+		held = append(held, se)
+	}
+	for _, se := range s.wheld {
 		held = append(held, se)
 	}
 	s.report = nil

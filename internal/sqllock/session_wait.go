@@ -174,29 +174,40 @@ func (w *sessionWaiter) startLock(ctx context.Context) error {
 		}
 		w.info.ID = id
 	}
-	ch := make(chan error, 1)
 	c, key, info, ttl, marked := w.c, w.key, w.info, ttlMillis(w.req.TTL), w.marked
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errorf(dlock.ErrClosed, "%s backend is closed", s.e.d.Name)
+	ch, err := s.lockAsync(w, info, func() error { return s.d.Lock(context.Background(), c, key, ttl, marked) })
+	if err != nil {
+		return err
 	}
-	s.waiting[w] = func() { s.interrupt(info) }
-	s.bg.Add(1)
-	s.mu.Unlock()
 	w.lockCh = ch
-	go func() {
-		defer s.bg.Done()
-		err := s.d.Lock(context.Background(), c, key, ttl, marked)
-		s.mu.Lock()
-		delete(s.waiting, w)
-		s.mu.Unlock()
-		ch <- err
-	}()
 	if !w.req.Fair || s.d.Mark != nil {
 		return nil
 	}
-	return w.awaitQueued(ctx)
+	return s.awaitQueued(ctx, ch, w.info, w.key)
+}
+
+// lockAsync runs lock, a waiting Lock statement on the connection info,
+// in the background, where Close can interrupt it (id identifies it in
+// s.waiting), and returns the channel of its result.
+func (s *Sessions) lockAsync(id any, info ConnInfo, lock func() error) (chan error, error) {
+	ch := make(chan error, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errorf(dlock.ErrClosed, "%s backend is closed", s.e.d.Name)
+	}
+	s.waiting[id] = func() { s.interrupt(info) }
+	s.bg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.bg.Done()
+		err := lock()
+		s.mu.Lock()
+		delete(s.waiting, id)
+		s.mu.Unlock()
+		ch <- err
+	}()
+	return ch, nil
 }
 
 // awaitMarked marks the waiter's connection as about to queue once no
@@ -233,14 +244,14 @@ func (w *sessionWaiter) awaitMarked(ctx context.Context) error {
 // before it to queue.
 const markWait = time.Second
 
-// awaitQueued returns once the Lock statement in flight is queued in the
-// server or has finished. It asks on a connection of its own, which it
+// awaitQueued returns once the Lock statement in flight on the connection
+// info (its result comes on ch) is queued in the server for key or has
+// finished. It asks on a connection of its own, which it
 // closes afterwards rather than leave idle in the pool: a waiting process
 // already holds one connection for its Lock statement, and a second one
 // per process would exhaust the server's connections with many processes
 // waiting for one name.
-func (w *sessionWaiter) awaitQueued(ctx context.Context) error {
-	s, ch := w.s, w.lockCh
+func (s *Sessions) awaitQueued(ctx context.Context, ch chan error, info ConnInfo, key any) error {
 	var side *sql.Conn
 	defer func() {
 		if side != nil {
@@ -262,7 +273,7 @@ func (w *sessionWaiter) awaitQueued(ctx context.Context) error {
 			}
 			side = c
 		}
-		ok, err := s.d.Queued(ctx, side, w.info, w.key)
+		ok, err := s.d.Queued(ctx, side, info, key)
 		if err != nil {
 			return s.e.wrap(err)
 		}
@@ -289,13 +300,19 @@ func (w *sessionWaiter) awaitQueued(ctx context.Context) error {
 // that reached the server before the statement (a non-fair wait is not
 // seen queued) finds nothing to stop.
 func (w *sessionWaiter) stopLock() {
+	w.s.stopLock(w.info, w.lockCh)
+	w.lockCh = nil
+}
+
+// stopLock interrupts the Lock statement on the connection info, whose
+// result comes on ch, until it ends; see sessionWaiter.stopLock.
+func (s *Sessions) stopLock(info ConnInfo, ch chan error) {
 	for {
-		w.s.interrupt(w.info)
+		s.interrupt(info)
 		t := time.NewTimer(lockRetry)
 		select {
-		case <-w.lockCh:
+		case <-ch:
 			t.Stop()
-			w.lockCh = nil
 			return
 		case <-t.C:
 		}

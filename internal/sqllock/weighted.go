@@ -174,10 +174,11 @@ FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)
 
 // CanGrant implements [dlock.Granter]: lease mode grants semaphores and
 // read-write locks on a dialect with a holders table; session mode grants
-// mutexes only (see the package doc).
+// what its server's advisory lock can carry (see Sessions.CanGrant and
+// the package doc).
 func (b *Backend) CanGrant(kind dlock.Kind, limit int) error {
 	if b.s != nil {
-		return fmt.Errorf("%s in session mode grants mutexes only, not a %s: a session lock is one advisory lock of one connection, which cannot count weights, queue in arrival order or carry tokens per holder; use lease mode", b.e.d.Name, dlock.Shape(kind, limit))
+		return b.s.CanGrant(kind, limit)
 	}
 	return b.e.CanGrant(kind, limit)
 }
@@ -185,7 +186,7 @@ func (b *Backend) CanGrant(kind dlock.Kind, limit int) error {
 // Downgrade implements [dlock.Downgrader].
 func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error {
 	if b.s != nil {
-		return errorf(errors.ErrUnsupported, "session mode holds mutexes only")
+		return b.s.Downgrade(ctx, h, weight)
 	}
 	return b.e.Downgrade(ctx, h, weight)
 }
