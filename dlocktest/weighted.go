@@ -15,10 +15,19 @@ import (
 // backend that refuses a kind (see dlock.Granter) must refuse it cleanly:
 // grants skips the item after checking the refusal.
 
-// grants reports whether the backend grants kind; when it does not, it
-// checks that the refusal is an ErrInvalidOption naming the backend and
-// skips the item.
+// grants skips the item if the backend does not grant kind, after
+// checking that the refusal is an ErrInvalidOption naming the backend.
 func (s *suite) grants(kind dlock.Kind) {
+	s.t.Helper()
+	if err := s.granted(kind); err != nil {
+		s.t.Skipf("the backend refuses a %s: %v", kind, err)
+	}
+}
+
+// granted returns nil if the backend grants kind (a semaphore of 2, or
+// of 1 for the mutex items run through one), and its refusal otherwise,
+// which must be an ErrInvalidOption naming the lock and the backend.
+func (s *suite) granted(kind dlock.Kind) error {
 	s.t.Helper()
 	c := s.client()
 	var err error
@@ -26,7 +35,11 @@ func (s *suite) grants(kind dlock.Kind) {
 	name := s.name("kind")
 	switch kind {
 	case dlock.KindSemaphore:
-		l, err = c.Semaphore(name, 2).TryAcquire(s.ctx(time.Minute))
+		limit := 2
+		if s.via == dlock.KindSemaphore {
+			limit = 1
+		}
+		l, err = c.Semaphore(name, limit).TryAcquire(s.ctx(time.Minute))
 	case dlock.KindElection:
 		l, err = c.Election(name).Campaign(s.ctx(time.Minute), "probe")
 	default:
@@ -34,12 +47,12 @@ func (s *suite) grants(kind dlock.Kind) {
 	}
 	if err == nil {
 		s.unlock(l)
-		return
+		return nil
 	}
 	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), c.String()) || !strings.Contains(err.Error(), name) {
 		s.t.Fatalf("a backend that refuses a %s must say so with ErrInvalidOption naming the lock and the backend; got %v", kind, err)
 	}
-	s.t.Skipf("the backend refuses a %s: %v", kind, err)
+	return err
 }
 
 // semaphoreLimit: a semaphore of 3 grants 3 permits at once and refuses a
@@ -343,8 +356,13 @@ func (s *suite) downgrade() {
 // weightedInput: a weight above the limit, a bad limit, a kind or limit
 // other than the store's, and an upgrade are refused at once with
 // ErrInvalidOption naming the lock and the backend, and change nothing.
+// The semaphore part runs where semaphores of 2 are granted, the
+// read-write part where read-write locks are.
 func (s *suite) weightedInput() {
-	s.grants(dlock.KindSemaphore)
+	sem := s.granted(dlock.KindSemaphore) == nil
+	if !sem {
+		s.grants(dlock.KindRWMutex)
+	}
 	name := s.name("wi")
 	c := s.client()
 	check := func(what string, l *dlock.Lease, err error) {
@@ -358,6 +376,47 @@ func (s *suite) weightedInput() {
 			s.t.Errorf("%s: %v, want ErrInvalidOption naming %q and %q", what, err, name, c.String())
 		}
 	}
+	if sem {
+		s.semaphoreInput(c, name, check)
+	}
+	if s.skipRW() {
+		return
+	}
+	name = s.name("up")
+	rw := c.RWMutex(name, dlock.Owner("reader-1"))
+	r := s.rlock(rw)
+	l, err := s.client().Mutex(name).Lock(s.ctx(time.Minute))
+	check("a mutex over a read lock", l, err)
+	var conflict *dlock.ConflictError
+	if !errors.As(err, &conflict) || conflict.Kind != dlock.KindRWMutex || conflict.AskedKind != dlock.KindMutex {
+		s.t.Errorf("a kind conflict: %v, want a *ConflictError naming the read-write lock and the mutex", err)
+	}
+	l, err = rw.Lock(s.ctx(time.Minute))
+	if !errors.Is(err, dlock.ErrUpgrade) {
+		if l != nil {
+			l.Unlock(context.Background())
+		}
+		s.t.Errorf("an upgrade by the reader's owner: %v, want ErrUpgrade", err)
+	}
+	l, err = rw.Lock(dlock.WithLease(s.ctx(time.Minute), r))
+	if !errors.Is(err, dlock.ErrUpgrade) {
+		if l != nil {
+			l.Unlock(context.Background())
+		}
+		s.t.Errorf("an upgrade through WithLease: %v, want ErrUpgrade", err)
+	}
+	if err := r.Err(); err != nil {
+		s.t.Errorf("the reader after refused requests: %v", err)
+	}
+	s.unlock(r)
+	if err := r.Unlock(s.ctx(time.Minute)); !errors.Is(err, dlock.ErrUnlocked) {
+		s.t.Errorf("RUnlock twice: %v, want ErrUnlocked", err)
+	}
+	s.noState(c, name)
+}
+
+// semaphoreInput is weightedInput's semaphore part, on name.
+func (s *suite) semaphoreInput(c *dlock.Client, name string, check func(string, *dlock.Lease, error)) {
 	l, err := c.Semaphore(name, 2, dlock.Weight(3)).Acquire(s.ctx(time.Minute))
 	check("a weight of 3 of a semaphore of 2", l, err)
 	l, err = c.Semaphore(name, 0).Acquire(s.ctx(time.Minute))
@@ -392,30 +451,7 @@ func (s *suite) weightedInput() {
 	if err := held.Unlock(s.ctx(time.Minute)); !errors.Is(err, dlock.ErrUnlocked) {
 		s.t.Errorf("Unlock twice: %v, want ErrUnlocked", err)
 	}
-
-	if s.skipRW() {
-		return
-	}
-	rname := s.name("up")
-	rw := c.RWMutex(rname, dlock.Owner("reader-1"))
-	r := s.rlock(rw)
-	l, err = rw.Lock(s.ctx(time.Minute))
-	if !errors.Is(err, dlock.ErrUpgrade) {
-		if l != nil {
-			l.Unlock(context.Background())
-		}
-		s.t.Errorf("an upgrade by the reader's owner: %v, want ErrUpgrade", err)
-	}
-	l, err = rw.Lock(dlock.WithLease(s.ctx(time.Minute), r))
-	if !errors.Is(err, dlock.ErrUpgrade) {
-		if l != nil {
-			l.Unlock(context.Background())
-		}
-		s.t.Errorf("an upgrade through WithLease: %v, want ErrUpgrade", err)
-	}
-	s.unlock(r)
 	s.noState(c, name)
-	s.noState(c, rname)
 }
 
 // skipRW reports whether the backend refuses read-write locks.
