@@ -61,6 +61,9 @@
 // lock soon after its TTL, as in PostgreSQL's session mode; [Open]
 // sets wait_timeout to [DefaultSessionWaitTimeout] unless the DSN does;
 // each held lock and each name waited for takes a connection.
+// Session mode grants mutexes only: GET_LOCK has no shared mode, so
+// readers could not share and permits could not be counted; semaphores
+// and read-write locks need lease mode.
 //
 // # Schema
 //

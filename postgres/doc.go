@@ -61,6 +61,16 @@
 // waiters marked before it have queued, so fair waiters queue in the
 // order of their Acquire calls.
 //
+// Session mode also grants read-write locks (and semaphores of 1, not of
+// N): a reader holds the key with pg_advisory_lock_shared, a writer with
+// pg_advisory_lock, each on a connection of its own (a waiting reader
+// too), with the holders rows of lease mode for the kind, the token and
+// the expiry. PostgreSQL queues a request behind a waiting one it
+// conflicts with, so a waiting writer holds back later readers; a writer
+// downgrades by taking the key shared on its own connection, which the
+// server grants ahead of the waiters, and then dropping the exclusive
+// hold. See package internal/sqllock's doc for the rules.
+//
 // # Schema
 //
 // The tables are created on first use or by [Migrate] (`dlock migrate`);

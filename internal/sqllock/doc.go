@@ -184,8 +184,67 @@
 // not below that of the last writer (read-write lock) or of a permit known
 // to have expired; see the root package's docs.
 //
-// Session mode grants mutexes only: a session lock is one advisory lock of
-// one connection, which counts no weights, keeps no arrival order among
-// several holders and carries no token per holder. [Backend.CanGrant] says
-// so, and the Client refuses those requests with [dlock.ErrInvalidOption].
+// # Read-write locks in session mode
+//
+// Session mode grants [dlock.KindRWMutex], and [dlock.KindSemaphore] of
+// limit 1, where the database's advisory lock has a shared mode
+// ([SessionDialect.Weighted]: PostgreSQL). Each holder is a connection of
+// its own that holds the name's advisory key — the mutex's key — shared
+// (a reader, weight below the limit) or exclusive (a writer, a permit of
+// a semaphore of 1), and the rows of lease mode: once the connection holds
+// the key, the lease mode's weighted transaction grants on the rows (so a
+// holder whose connection died is not followed before its lease has run
+// out by the database's clock). The rules:
+//
+//   - Order (a writer is not starved): a waiting request waits in the
+//     server's queue for the key, which is its arrival order (Acquire
+//     returns once the server shows the request queued; every waiter
+//     waits there, with no gate per process as the mutex has).
+//     PostgreSQL's lock manager queues a new request behind any waiting
+//     request it conflicts with, and its try functions refuse it then:
+//     once a writer waits, a later reader waits behind it although only
+//     readers hold — golang.org/x/sync's head-of-line rule — while readers
+//     with no writer waiting share at once. The RWWriterNotStarved item
+//     of dlocktest checks this against a real server.
+//   - Tokens: every grant takes the lease row's token + 1, the name's one
+//     counter, shared with the mutex and kept by the fence; a writer is
+//     granted only after the readers before it released, so its token is
+//     above theirs.
+//   - Kind and limit: recorded in the lease row's owner (the mark of
+//     weighted names) while the name has holders. A request whose try of
+//     the key is refused reads the rows: another kind or limit, or a
+//     mutex holder, is a [dlock.ConflictError] at once, not a wait; a
+//     mutex request on a name held as a read-write lock finds the key
+//     taken, reads the mark and gets the same. A
+//     request that got the key and finds another kind on the rows (a
+//     race) releases the key and gets the conflict.
+//   - Re-entry: by owner, on the owner's session in this Backend (the
+//     count plus one, same token; more weight than held is
+//     [dlock.ErrUpgrade], so a reader asking to write never waits for
+//     itself), or, for an owner holding through another Backend, on its
+//     holder row alone.
+//   - Downgrade ([Sessions.Downgrade]): the writer's connection takes the
+//     key shared as well — PostgreSQL grants it at once, ahead of the
+//     waiters, because they wait for this connection's own exclusive
+//     hold — then lowers its holder row's weight, then releases the
+//     exclusive hold. No writer comes in between; readers that were not
+//     queued behind a waiting writer come in.
+//   - Release: the rows first, then the key, so that a waiter the server
+//     wakes finds the rows free. Renewal checks on the holder's
+//     connection that it still holds the key in its mode (pg_locks) and
+//     sets its idle_session_timeout to the TTL + 1 s, then renews the
+//     rows. A connection that ends (the watcher sees its socket closed, a
+//     renewal fails, or the TTL passes unrenewed) is a loss reported
+//     through [dlock.LossReporter], as for the mutex; its rows stay until
+//     they expire.
+//   - Inspect reads the rows: one [dlock.LockInfo] per holder.
+//
+// Semaphores of N > 1 are refused ([Sessions.CanGrant]): an advisory lock
+// is shared or exclusive and counts nothing. N slot keys with a gate key
+// would keep the bound and the arrival order (the gate's holder takes w
+// free slots), but a waiter can wait in the server for one chosen slot
+// only, not for the first one freed, so a release would not wake the
+// first waiter that now fits. MySQL's session lock (GET_LOCK) has no
+// shared mode, so its session mode grants mutexes only. Lease mode grants
+// both on either database.
 package sqllock
