@@ -183,7 +183,7 @@ func (w *sessionWaiter) startLock(ctx context.Context) error {
 	if !w.req.Fair || s.d.Mark != nil {
 		return nil
 	}
-	return s.awaitQueued(ctx, ch, w.info, w.key)
+	return s.awaitQueued(ctx, ch, w.info, w.key, false)
 }
 
 // lockAsync runs lock, a waiting Lock statement on the connection info,
@@ -246,15 +246,20 @@ const markWait = time.Second
 
 // awaitQueued returns once the Lock statement in flight on the connection
 // info (its result comes on ch) is queued in the server for key or has
-// finished. It asks on a connection of its own, which it
+// finished. pooled says to ask on a connection of the pool and give it
+// back (a weighted waiter, whose grant uses the pool anyway). It asks on a connection of its own, which it
 // closes afterwards rather than leave idle in the pool: a waiting process
 // already holds one connection for its Lock statement, and a second one
 // per process would exhaust the server's connections with many processes
 // waiting for one name.
-func (s *Sessions) awaitQueued(ctx context.Context, ch chan error, info ConnInfo, key any) error {
+func (s *Sessions) awaitQueued(ctx context.Context, ch chan error, info ConnInfo, key any, pooled bool) error {
 	var side *sql.Conn
 	defer func() {
-		if side != nil {
+		switch {
+		case side == nil:
+		case pooled:
+			giveBack(side)
+		default:
 			s.discard(side)
 		}
 	}()

@@ -54,12 +54,12 @@ func (s *Sessions) CanGrant(kind dlock.Kind, limit int) error {
 	name, shape := s.e.d.Name, dlock.Shape(kind, limit)
 	switch {
 	case s.d.Weighted == nil:
-		return fmt.Errorf("%s in session mode grants mutexes only, not a %s: its session lock has no shared mode, so it can neither let readers share nor count permits; use lease mode", name, shape)
+		return fmt.Errorf("%w: %s in session mode grants mutexes only, not a %s: its session lock has no shared mode, so it can neither let readers share nor count permits; use lease mode", errors.ErrUnsupported, name, shape)
 	case kind == dlock.KindRWMutex && limit == dlock.RWLimit, kind == dlock.KindSemaphore && limit == 1:
 	case kind == dlock.KindSemaphore:
-		return fmt.Errorf("%s in session mode grants semaphores of 1 only, not a %s: an advisory lock is shared or exclusive and counts no permits, and a semaphore over N slot locks would wait in the server for one chosen slot rather than the first freed, so a release would not wake the first waiter; use lease mode", name, shape)
+		return fmt.Errorf("%w: %s in session mode grants semaphores of 1 only, not a %s: an advisory lock is shared or exclusive and counts no permits, and a semaphore over N slot locks would wait in the server for one chosen slot rather than the first freed, so a release would not wake the first waiter; use lease mode", errors.ErrUnsupported, name, shape)
 	default:
-		return fmt.Errorf("%s in session mode does not grant a %s", name, shape)
+		return fmt.Errorf("%w: %s in session mode does not grant a %s", errors.ErrUnsupported, name, shape)
 	}
 	return s.e.CanGrant(kind, limit)
 }
@@ -68,7 +68,7 @@ func (s *Sessions) CanGrant(kind dlock.Kind, limit int) error {
 // session, or an attempt on a connection of its own (see wsWaiter).
 func (s *Sessions) wacquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
 	if err := s.CanGrant(req.Kind, req.Limit); err != nil {
-		return dlock.Grant{}, nil, errorf(dlock.ErrInvalidOption, "%v", err)
+		return dlock.Grant{}, nil, errorf(dlock.ErrInvalidOption, "%w", err)
 	}
 	if req.Weight < 1 || req.Weight > req.Limit {
 		return dlock.Grant{}, nil, errorf(dlock.ErrInvalidOption, "weight %d of a limit of %d", req.Weight, req.Limit)
@@ -378,19 +378,21 @@ func (w *wsWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 		}
 		return dlock.Grant{}, res.refused
 	}
-	g, ok, err := s.e.wreenter(ctx, w.req, 0)
-	if err != nil {
-		return dlock.Grant{}, s.e.wrap(err)
+	refused, mine := s.e.wrefusal(ctx, w.req)
+	if mine {
+		g, ok, err := s.e.wreenter(ctx, w.req, 0)
+		if err != nil {
+			return dlock.Grant{}, s.e.wrap(err)
+		}
+		if ok {
+			// Re-entered the row of the owner's hold whose lock another
+			// Backend's connection carries.
+			giveBack(w.c)
+			w.c = nil
+			g.Handle = &sessionHandle{}
+			return g, nil
+		}
 	}
-	if ok {
-		// Re-entered the row of the owner's hold whose lock another
-		// Backend's connection carries.
-		giveBack(w.c)
-		w.c = nil
-		g.Handle = &sessionHandle{}
-		return g, nil
-	}
-	refused := s.e.wrefusal(ctx, w.req)
 	if !w.req.Wait || !errors.Is(refused, dlock.ErrNotAcquired) {
 		return dlock.Grant{}, refused
 	}
@@ -411,7 +413,7 @@ func (w *wsWaiter) startLock(ctx context.Context) error {
 		return err
 	}
 	w.lockCh = ch
-	return s.awaitQueued(ctx, ch, w.info, w.key)
+	return s.awaitQueued(ctx, ch, w.info, w.key, true)
 }
 
 // Wait waits in the server for the advisory lock, or, when the
@@ -565,31 +567,33 @@ func (e *Engine) wreenter(ctx context.Context, req dlock.Request, token uint64) 
 // wrefusal is the refusal of a weighted req whose advisory lock is held
 // by others, as the rows explain it: a kind or limit other than the
 // name's (a *dlock.ConflictError, not to be waited for), or the holders.
-func (e *Engine) wrefusal(ctx context.Context, req dlock.Request) error {
+// mine says req.Owner is one of them (through another Backend: see
+// wreenter).
+func (e *Engine) wrefusal(ctx context.Context, req dlock.Request) (refused error, mine bool) {
 	st, err := e.state(ctx, &e.pool, req.Name)
 	switch {
 	case err != nil:
-		return e.wrap(err)
+		return e.wrap(err), false
 	case st.fault != "":
-		return e.foreign(req.Name, st.fault)
+		return e.foreign(req.Name, st.fault), false
 	case isMark(st.owner):
 		kind, limit, ok := parseMark(st.owner)
 		if !ok {
-			return e.foreign(req.Name, "owner "+show(st.owner)+" starts as dlock's mark of a weighted name but is not one")
+			return e.foreign(req.Name, "owner "+show(st.owner)+" starts as dlock's mark of a weighted name but is not one"), false
 		}
 		if st.remaining > 0 {
 			if err := dlock.Conflict(kind, limit, req); err != nil {
-				return err
+				return err, false
 			}
 		}
 	case st.owner != "" && st.holds > 0 && st.remaining > 0:
-		return dlock.Conflict(dlock.KindMutex, 1, req)
+		return dlock.Conflict(dlock.KindMutex, 1, req), false
 	}
 	q := Bind(e.d, e.table)(`SELECT owner, weight, token, expires_at - {NOW} FROM ` + HoldersTable(e.table) +
 		` WHERE name = ? AND expires_at > {NOW} ORDER BY expires_at`)
 	rows, err := e.pool.QueryContext(ctx, q, req.Name)
 	if err != nil {
-		return e.wrap(err)
+		return e.wrap(err), false
 	}
 	defer rows.Close()
 	he := &dlock.HeldError{}
@@ -601,21 +605,22 @@ func (e *Engine) wrefusal(ctx context.Context, req dlock.Request) error {
 			token, left int64
 		)
 		if err := rows.Scan(&owner, &weight, &token, &left); err != nil {
-			return e.wrap(err)
+			return e.wrap(err), false
 		}
+		mine = mine || owner == req.Owner
 		if used == 0 {
 			he.Holder = dlock.Holder{Owner: owner, Token: uint64(token), TTL: time.Duration(left) * time.Millisecond}
 		}
 		used += max(weight, 1)
 	}
 	if err := rows.Err(); err != nil {
-		return e.wrap(err)
+		return e.wrap(err), false
 	}
 	if used == 0 {
-		return errorf(dlock.ErrNotAcquired, "its advisory lock is held or waited for in the server")
+		return errorf(dlock.ErrNotAcquired, "its advisory lock is held or waited for in the server"), mine
 	}
 	if req.Limit > 1 {
 		he.Held, he.Limit = used, req.Limit
 	}
-	return he
+	return he, mine
 }
