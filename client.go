@@ -205,6 +205,9 @@ func (c *Client) Inspect(ctx context.Context, prefix string) ([]LockInfo, error)
 			continue // a backend whose prefix match is looser than asked
 		}
 		info.Namespace, info.Name = kns, name
+		if info.Kind == KindMutex && info.Limit == 0 && info.Bad == "" {
+			info.Limit, info.Weight = 1, 1 // a mutex is 1 of 1, whether or not the backend says so
+		}
 		out = append(out, info)
 	}
 	return out, nil

@@ -146,6 +146,9 @@ func (w *watchLoop) read(ctx context.Context) ([]LockInfo, error) {
 	for _, li := range infos {
 		if li.Name == w.key {
 			li.Name = w.name
+			if li.Kind == KindMutex && li.Limit == 0 && li.Bad == "" {
+				li.Limit, li.Weight = 1, 1
+			}
 			out = append(out, li)
 		}
 	}
