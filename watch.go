@@ -176,7 +176,9 @@ func (w *watchLoop) publish(infos []LockInfo) {
 // send queues h, replacing unread states: a slow reader gets the latest
 // state, and an unread error before it (out holds two), so that it learns
 // of an outage even when the watch has recovered since.
-func (w *watchLoop) send(h Holders) { sendLatest(w.out, h, func(h Holders) bool { return h.Err != nil }) }
+func (w *watchLoop) send(h Holders) {
+	sendLatest(w.out, h, func(h Holders) bool { return h.Err != nil })
+}
 
 // sendLatest queues v on out (of capacity 2, whose only sender is the
 // caller), dropping unread values but the last unread one that isErr says
