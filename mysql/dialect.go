@@ -53,6 +53,10 @@ var myDialect = sqllock.Dialect{
 		return n == myTableDenied || n == myColumnDenied
 	},
 	Weighted: mysqlWeighted,
+	// Existing rows get the empty value.
+	AddValue: func(_, _, holders string) []string {
+		return []string{`ALTER TABLE ` + holders + ` ADD COLUMN value BLOB NOT NULL`}
+	},
 }
 
 // mysqlWeighted creates the holders table (see sqllock.Dialect.Weighted).
@@ -65,6 +69,7 @@ func mysqlWeighted(_, _, holders string) []string {
 	holds      INT             NOT NULL,
 	token      BIGINT          NOT NULL,
 	expires_at BIGINT          NOT NULL,
+	value      BLOB            NOT NULL,
 	PRIMARY KEY (name, owner),
 	KEY ` + holders + `_expires (expires_at)
 ) ENGINE=InnoDB`,

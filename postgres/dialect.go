@@ -47,11 +47,19 @@ var pgDialect = sqllock.Dialect{
 		// Every release's trigger reads it; a listening connection
 		// registers in it.
 		return []sqllock.Table{{Name: listenersTable(locks), Columns: "pid, started",
-			Privileges: []string{"INSERT", "UPDATE", "DELETE"}}}
+			Privileges: []string{"INSERT", "UPDATE", "DELETE"}},
+			// Every grant's and release's trigger reads it; a watch
+			// registers in it.
+			{Name: watchersTable(locks), Columns: "name, pid",
+				Privileges: []string{"INSERT", "DELETE"}, Optional: true}}
 	},
 	Missing:  func(err error) bool { return pgCode(err) == "42P01" }, // undefined_table
 	Denied:   func(err error) bool { return pgCode(err) == "42501" }, // insufficient_privilege
 	Weighted: postgresWeighted,
+	AddValue: func(locks, waiters, holders string) []string {
+		return append([]string{`ALTER TABLE ` + holders + ` ADD COLUMN IF NOT EXISTS value TEXT NOT NULL DEFAULT ''`},
+			postgresWeighted(locks, waiters, holders)...)
+	},
 	Wake:     func(locks string) string { return `SELECT ` + locks + `_wake(?::text)` },
 }
 
@@ -70,9 +78,23 @@ func postgresWeighted(locks, waiters, holders string) []string {
 	holds      INTEGER NOT NULL,
 	token      BIGINT  NOT NULL,
 	expires_at BIGINT  NOT NULL,
+	value      TEXT    NOT NULL DEFAULT '',
 	PRIMARY KEY (name, owner)
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + holders + `_expires ON ` + holders + ` (expires_at)`,
+		// Watchers learn of every change of a holder but its expiry
+		// (see watchTriggers).
+		`DO $d$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + holders + `'::regclass AND tgname = 'dlock_watch_ins') THEN
+		CREATE TRIGGER dlock_watch_ins AFTER INSERT OR DELETE ON ` + holders + ` FOR EACH ROW EXECUTE FUNCTION ` + locks + `_watched();
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + holders + `'::regclass AND tgname = 'dlock_watch_upd') THEN
+		CREATE TRIGGER dlock_watch_upd AFTER UPDATE ON ` + holders + ` FOR EACH ROW
+			WHEN (OLD.weight <> NEW.weight OR OLD.holds <> NEW.holds OR OLD.value <> NEW.value) EXECUTE FUNCTION ` + locks + `_watched();
+	END IF;
+END
+$d$`,
 		`CREATE OR REPLACE FUNCTION ` + locks + `_wake(n TEXT) RETURNS void LANGUAGE plpgsql AS $f$
 DECLARE
 	s TEXT;
@@ -179,7 +201,7 @@ func rebindDollar(q string) string {
 func postgresSchema(locks, waiters string) []string {
 	ch := channel(locks)
 	fn := locks + "_notify"
-	return []string{
+	return append([]string{
 		// One creator at a time: CREATE … IF NOT EXISTS is not safe
 		// against a concurrent creation of the same name in PostgreSQL.
 		`SELECT pg_advisory_xact_lock(hashtext('dlock schema ' || '` + ch + `'))`,
@@ -247,6 +269,58 @@ BEGIN
 	END IF;
 	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + waiters + `'::regclass AND tgname = '` + strings.ToLower(waiters) + `_left') THEN
 		CREATE TRIGGER ` + waiters + `_left AFTER DELETE ON ` + waiters + ` FOR EACH ROW EXECUTE FUNCTION ` + fn + `();
+	END IF;
+END
+$d$`,
+	}, watchSchema(locks)...)
+}
+
+// watchSchema creates the watchers table and the triggers that notify
+// the watchers of a name (see watch.go): a NOTIFY on the lease table's
+// channel with the payload watchPrefix + the name, sent only while a
+// watchers row names it, whoever changes it. A mutex grant (an INSERT or
+// an UPDATE that changes the owner, the count or the token) and its
+// release fire them on the lease table, every change of a holder row but
+// its renewal on the holders table (see postgresWeighted). A renewal
+// fires nothing, and an expiry commits nothing: the Client reads the
+// holders again when the first one's TTL runs out. The triggers take the
+// listeners' lock shared, as the NOTIFY trigger does, so that a watch
+// that registers (exclusive) either sees a change committed or is
+// notified of it.
+func watchSchema(locks string) []string {
+	ch := channel(locks)
+	fn := locks + "_watched"
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + watchersTable(locks) + ` (
+	name TEXT COLLATE "C" NOT NULL,
+	pid  INTEGER NOT NULL,
+	PRIMARY KEY (name, pid)
+)`,
+		`CREATE OR REPLACE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+	n TEXT COLLATE "C";
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		n := OLD.name;
+	ELSE
+		n := NEW.name;
+	END IF;
+	PERFORM pg_advisory_xact_lock_shared(` + listenKey(ch) + `);
+	IF current_setting('transaction_isolation') <> 'read committed'
+		OR EXISTS (SELECT 1 FROM ` + watchersTable(locks) + ` w WHERE w.name = n) THEN
+		PERFORM pg_notify('` + ch + `', '` + watchPrefix + `' || n);
+	END IF;
+	RETURN NULL;
+END
+$f$`,
+		`DO $d$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = 'dlock_watch_ins') THEN
+		CREATE TRIGGER dlock_watch_ins AFTER INSERT ON ` + locks + ` FOR EACH ROW EXECUTE FUNCTION ` + fn + `();
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '` + locks + `'::regclass AND tgname = 'dlock_watch_upd') THEN
+		CREATE TRIGGER dlock_watch_upd AFTER UPDATE ON ` + locks + ` FOR EACH ROW
+			WHEN (OLD.owner <> NEW.owner OR OLD.holds <> NEW.holds OR OLD.token <> NEW.token) EXECUTE FUNCTION ` + fn + `();
 	END IF;
 END
 $d$`,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ type listenFeed struct {
 	table   string             // the lease table, whose channel it listens on
 	feed    *sqllock.WatchFeed // whose Notice gets each notification's payload
 	lender  lender
+	hub     watchHub // gets the watch notifications
 }
 
 // listenConn is a connection to LISTEN on. sc, if set, is the same
@@ -49,12 +51,12 @@ const listenConnectTimeout = 10 * time.Second
 // woken, which cost tens of milliseconds per hand-off.
 const listenLinger = 2 * time.Second
 
-func newListenFeed(table string, acquire func(context.Context) (listenConn, error)) *sqllock.WatchFeed {
+func newListenFeed(table string, acquire func(context.Context) (listenConn, error)) *listenFeed {
 	f := &listenFeed{acquire: acquire, table: table}
 	f.feed = sqllock.NewWatchFeed(f.run)
 	f.feed.Linger(listenLinger)
 	f.feed.SetLender(&f.lender)
-	return f.feed
+	return f
 }
 
 // run listens until ctx is done. It is ready once it LISTENs (every
@@ -108,6 +110,19 @@ func (f *listenFeed) listen(ctx context.Context, listening func()) error {
 		return err
 	}
 	defer unregister(conn, f.table)
+	// Rows of watches on connections that are gone (this process's
+	// earlier one, other processes'): they would cost notifications.
+	pid := conn.PgConn().PID()
+	cctx, cancel = context.WithTimeout(ctx, listenConnectTimeout)
+	listenerGone(cctx, conn, f.table, 0)
+	cancel()
+	f.hub.listening(pid)
+	defer func() {
+		f.hub.stopped()
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		listenerGone(cctx, conn, f.table, pid)
+	}()
 	f.lender.offer(lc.sc, conn.PgConn().Conn())
 	defer f.lender.retire()
 	listening()
@@ -115,7 +130,11 @@ func (f *listenFeed) listen(ctx context.Context, listening func()) error {
 		n, err := conn.WaitForNotification(ctx)
 		back := f.lender.handOver(!conn.IsClosed())
 		if n != nil {
-			f.feed.Notice(n.Payload)
+			if name, ok := strings.CutPrefix(n.Payload, watchPrefix); ok {
+				f.hub.notice(name)
+			} else {
+				f.feed.Notice(n.Payload)
+			}
 		}
 		if back != nil {
 			<-back // the borrower's statement ends: its context bounds it

@@ -202,12 +202,17 @@ func rawConn(ctx context.Context, db *sql.DB) (listenConn, error) {
 // now if start fails.
 func start(ctx context.Context, db *sql.DB, desc string, cfg sqllock.Options,
 	listen func(context.Context) (listenConn, error), onClose func() error) (*Backend, error) {
-	var feed sqllock.Feed
+	var (
+		feed  sqllock.Feed
+		watch sqllock.WatchFunc
+	)
 	if listen != nil {
-		feed = newListenFeed(cfg.Table, listen)
+		lf := newListenFeed(cfg.Table, listen)
+		feed = lf.feed
+		watch = (&pgWatch{db: db, table: cfg.Table, feed: lf.feed, hub: &lf.hub}).watch
 	}
 	sb, err := sqllock.Start(ctx, cfg, sqllock.Setup{
-		DB: db, Dialect: pgDialect, Desc: desc, Feed: feed, OnClose: onClose,
+		DB: db, Dialect: pgDialect, Desc: desc, Feed: feed, Watch: watch, OnClose: onClose,
 		Session: func(_ context.Context, e *sqllock.Engine) (*sqllock.Sessions, error) {
 			return sqllock.NewSessions(e, sessionDialect(func(pc *pgconn.PgConn) bool {
 				return closedByServer(pc.Conn())

@@ -34,6 +34,7 @@ type Setup struct {
 	Dialect Dialect
 	Desc    string       // "postgres 127.0.0.1:5432/db", for String and errors
 	Feed    Feed         // see Config.Feed; Start closes it on error
+	Watch   WatchFunc    // see Config.Watch
 	Local   *Local       // see Config.Local
 	OnClose func() error // see Config.OnClose
 
@@ -54,6 +55,7 @@ func Start(ctx context.Context, o Options, s Setup) (*Backend, error) {
 		NoMigrate:     o.NoMigrate,
 		Desc:          s.Desc,
 		Feed:          s.Feed,
+		Watch:         s.Watch,
 		Local:         s.Local,
 		OnClose:       s.OnClose,
 	})
@@ -97,10 +99,20 @@ func (b *Backend) Session() bool { return b.s != nil }
 // Acquire makes one attempt to grant req; see [dlock.Backend]. It is one
 // statement when granted.
 func (b *Backend) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, dlock.Waiter, error) {
+	var (
+		g   dlock.Grant
+		w   dlock.Waiter
+		err error
+	)
 	if b.s != nil {
-		return b.s.Acquire(ctx, req)
+		g, w, err = b.s.Acquire(ctx, req)
+	} else {
+		g, w, err = b.e.Acquire(ctx, req)
 	}
-	return b.e.Acquire(ctx, req)
+	if err == nil {
+		b.e.changed(req.Name)
+	}
+	return g, w, err
 }
 
 // Renew extends the hold h to ttl from now by the database's clock: one
@@ -123,10 +135,16 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 // Release gives up one hold of h: one UPDATE, checked by owner, token and
 // expiry. The waiters of this process are woken at once.
 func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
+	var err error
 	if b.s != nil {
-		return b.s.Release(ctx, h)
+		err = b.s.Release(ctx, h)
+	} else {
+		err = b.e.Release(ctx, h)
 	}
-	return b.e.Release(ctx, h)
+	if err == nil {
+		b.e.changed(h.Name)
+	}
+	return err
 }
 
 // Reclaim deletes now the state of every free name: lease rows that are

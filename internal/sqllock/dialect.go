@@ -174,12 +174,19 @@ type Dialect struct {
 	Denied func(error) bool
 
 	// Weighted, if set, returns the statements that create the holders
-	// table holders (name, owner, weight, holds, token, expires_at;
+	// table holders (name, owner, weight, holds, token, expires_at, value;
 	// primary key (name, owner); an index on expires_at) of lease table
 	// locks, and whatever Wake calls. They must be idempotent; Migrate runs
 	// them in one transaction after Reclaim's. nil: the dialect grants
 	// mutexes only.
 	Weighted func(locks, waiters, holders string) []string
+
+	// AddValue returns the statements that complete a holders table made
+	// before elections, which lacks the value column (an election
+	// leader's value): an ALTER TABLE that adds it, and what Weighted
+	// creates that depends on it. Migrate runs them when the table has
+	// the other columns but not that one. Required with Weighted.
+	AddValue func(locks, waiters, holders string) []string
 
 	// Wake, if set, returns a statement (argument: a name) that wakes the
 	// first live fair waiter of the name in other processes (PostgreSQL:
@@ -232,6 +239,9 @@ var SQLite = Dialect{
 	Bucket:   func(name string) string { return "(0 * length(" + name + "))" },
 	Reclaim:  sqliteReclaim,
 	Weighted: sqliteWeighted,
+	AddValue: func(_, _, holders string) []string {
+		return []string{`ALTER TABLE ` + holders + ` ADD COLUMN value TEXT NOT NULL DEFAULT ''`}
+	},
 }
 
 // sqliteWeighted creates SQLite's holders table (see Dialect.Weighted).
@@ -244,6 +254,7 @@ func sqliteWeighted(_, _, holders string) []string {
 	holds      INTEGER NOT NULL,
 	token      INTEGER NOT NULL,
 	expires_at INTEGER NOT NULL,
+	value      TEXT    NOT NULL DEFAULT '',
 	PRIMARY KEY (name, owner)
 ) WITHOUT ROWID`,
 		`CREATE INDEX IF NOT EXISTS ` + holders + `_expires ON ` + holders + ` (expires_at)`,

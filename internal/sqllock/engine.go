@@ -38,6 +38,10 @@ type Config struct {
 	// backing-off interval (5 ms to 100 ms) instead.
 	Feed Feed
 
+	// Watch, if set, subscribes to a name's changes by the store's push
+	// (see [Engine.Watch]); nil: watches use the Feed, or poll.
+	Watch WatchFunc
+
 	// OnClose, if set, is called by Close after the engine has stopped,
 	// to release what the backend opened for it.
 	OnClose func() error
@@ -70,6 +74,8 @@ type Engine struct {
 	ownLocal bool
 	wttl     time.Duration
 	onClose  func() error
+	watchFn  WatchFunc
+	watch    watching
 
 	pool   pool     // e.db through prepared statements
 	renews sync.Map // size → the text of renewSQL(size)
@@ -115,7 +121,7 @@ func New(ctx context.Context, db *sql.DB, d Dialect, cfg Config) (*Engine, error
 		db: db, d: d, table: cfg.Table, desc: cfg.Desc,
 		q:     newStatements(d, cfg.Table),
 		w:     newWStatements(d, cfg.Table),
-		local: cfg.Local, wttl: cfg.WaiterTimeout, onClose: cfg.OnClose,
+		local: cfg.Local, wttl: cfg.WaiterTimeout, onClose: cfg.OnClose, watchFn: cfg.Watch,
 	}
 	if e.local == nil {
 		e.local, e.ownLocal = NewLocal(cfg.Feed), true

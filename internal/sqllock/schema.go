@@ -84,6 +84,11 @@ type Table struct {
 	// Privileges are those the statements need beyond SELECT, of
 	// "INSERT", "UPDATE" and "DELETE".
 	Privileges []string
+	// Optional is set for a table that tables made by an earlier version
+	// lack, and that nothing reads while it is missing (PostgreSQL's
+	// watchers table, read by triggers made with it): [Check] does not
+	// require it, but checks it where it exists.
+	Optional bool
 }
 
 // Tables returns every table that the statements on lease table table use
@@ -117,7 +122,9 @@ func (e *Engine) survey(ctx context.Context, table string) (missing []string, er
 		switch {
 		case err == nil:
 		case e.d.Missing != nil && e.d.Missing(err):
-			missing = append(missing, t.Name)
+			if !t.Optional {
+				missing = append(missing, t.Name)
+			}
 		case e.d.Denied != nil && e.d.Denied(err):
 			denied = append(denied, t.Name)
 			causes = append(causes, err)
@@ -166,6 +173,7 @@ func (e *Engine) checkPrivileges(ctx context.Context, table string) error {
 			})
 			switch {
 			case err == nil:
+			case t.Optional && e.d.Missing != nil && e.d.Missing(err):
 			case e.d.Denied(err):
 				return e.denied([]string{t.Name}, p, err)
 			default:
@@ -241,6 +249,42 @@ func (e *Engine) checkQueries(ctx context.Context, qs ...string) error {
 	return nil
 }
 
+// The states of a holders table that Migrate finds.
+const (
+	holdersOK      = iota // every column
+	holdersMissing        // no table: Migrate creates it
+	holdersV1             // made before elections, no value column: Migrate adds it
+	holdersNone           // the dialect has none
+)
+
+// holdersState checks the holders table of table, changing nothing: a
+// table that exists but is not dlock's (or that the user may not read) is
+// an error naming it, so that Migrate changes nothing.
+func (e *Engine) holdersState(ctx context.Context, table string) (int, error) {
+	if e.d.Weighted == nil {
+		return holdersNone, nil
+	}
+	h := HoldersTable(table)
+	err := e.checkQueries(ctx, holdersCheck(table))
+	switch {
+	case err == nil:
+		return holdersOK, nil
+	case e.d.Missing != nil && e.d.Missing(err):
+		return holdersMissing, nil
+	case e.d.Denied != nil && e.d.Denied(err):
+		return 0, e.denied([]string{h}, "SELECT", err)
+	case e.classify(err) != Other:
+		return 0, err
+	}
+	if e.checkQueries(ctx, holdersCheckV1(table)) == nil {
+		return holdersV1, nil
+	}
+	if e.d.Missing == nil {
+		return holdersMissing, nil // CREATE TABLE IF NOT EXISTS leaves a foreign one as it is
+	}
+	return 0, errorf(dlock.ErrForeignData, "table %s exists but is not a dlock table (%w); nothing was created or changed: use another table name (the Table option, ?table=)", h, err)
+}
+
 // WaitersTable returns the name of the waiters table of lease table table.
 func WaitersTable(table string) string { return table + "_waiters" }
 
@@ -297,6 +341,10 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	if _, err := e.survey(ctx, table); err != nil {
 		return err
 	}
+	holders, err := e.holdersState(ctx, table)
+	if err != nil {
+		return err
+	}
 	stmts := append(d.Schema(table, WaitersTable(table)), d.Reclaim(table, WaitersTable(table), FenceTable(table))...)
 	stmts = append(stmts, fenceInit(d, table))
 	err = e.write(ctx, func(ctx context.Context) error {
@@ -324,13 +372,20 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%s missing after they were created", tableList(missing))
 	}
-	// The holders table of weighted grants, only when missing: DDL on a
-	// table in use waits for the transactions that read it (MySQL's
-	// metadata locks), which may wait for this one.
-	if d.Weighted != nil && e.checkQueries(ctx, holdersCheck(table)) != nil {
+	// The holders table of weighted grants, only when missing or made
+	// before elections: DDL on a table in use waits for the transactions
+	// that read it (MySQL's metadata locks), which may wait for this one.
+	var hs []string
+	switch holders {
+	case holdersMissing:
+		hs = d.Weighted(table, WaitersTable(table), HoldersTable(table))
+	case holdersV1:
+		hs = d.AddValue(table, WaitersTable(table), HoldersTable(table))
+	}
+	if len(hs) > 0 {
 		err := e.write(ctx, func(ctx context.Context) error {
 			return e.tx(ctx, func(c *sql.Conn) error {
-				for _, q := range d.Weighted(table, WaitersTable(table), HoldersTable(table)) {
+				for _, q := range hs {
 					if _, err := c.ExecContext(ctx, q); err != nil {
 						return err
 					}
@@ -338,7 +393,9 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 				return nil
 			})
 		})
-		if err != nil {
+		// Another process may have completed it meanwhile (MySQL and
+		// SQLite have no ADD COLUMN IF NOT EXISTS).
+		if err != nil && e.checkQueries(ctx, holdersCheck(table)) != nil {
 			return fmt.Errorf("create the holders table %s: %w", HoldersTable(table), e.wrap(err))
 		}
 	}

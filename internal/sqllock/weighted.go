@@ -21,6 +21,7 @@ import (
 var (
 	_ dlock.Granter    = (*Backend)(nil)
 	_ dlock.Downgrader = (*Backend)(nil)
+	_ dlock.Proclaimer = (*Backend)(nil)
 )
 
 // HoldersTable returns the name of the holders table of lease table
@@ -30,6 +31,12 @@ func HoldersTable(table string) string { return table + "_holders" }
 // holdersCheck selects no row, but every column dlock uses, from the
 // holders table.
 func holdersCheck(table string) string {
+	return `SELECT name, owner, weight, holds, token, expires_at, value FROM ` + HoldersTable(table) + ` WHERE 1 = 0`
+}
+
+// holdersCheckV1 is holdersCheck of a holders table made before elections
+// (without the value column), which Migrate completes.
+func holdersCheckV1(table string) string {
 	return `SELECT name, owner, weight, holds, token, expires_at FROM ` + HoldersTable(table) + ` WHERE 1 = 0`
 }
 
@@ -52,11 +59,22 @@ func parseMark(owner string) (dlock.Kind, int, bool) {
 	k, l, ok := strings.Cut(strings.TrimPrefix(owner, markPrefix), "/")
 	kind, err1 := strconv.Atoi(k)
 	limit, err2 := strconv.Atoi(l)
-	if !ok || err1 != nil || err2 != nil || kind != int(dlock.KindSemaphore) && kind != int(dlock.KindRWMutex) ||
-		limit < 1 || limit > dlock.MaxLimit {
+	if !ok || err1 != nil || err2 != nil || !weightedKind(dlock.Kind(kind), limit) {
 		return 0, 0, false
 	}
 	return dlock.Kind(kind), limit, true
+}
+
+// weightedKind reports whether the weighted path grants kind with limit:
+// a semaphore or read-write lock of 1..MaxLimit, or an election (limit 1).
+func weightedKind(kind dlock.Kind, limit int) bool {
+	switch kind {
+	case dlock.KindSemaphore, dlock.KindRWMutex:
+		return limit >= 1 && limit <= dlock.MaxLimit
+	case dlock.KindElection:
+		return limit == 1
+	}
+	return false
 }
 
 // markConflict is the refusal of a mutex request on a name whose lease row
@@ -80,7 +98,8 @@ type wstatements struct {
 	holders    string // name. owner, weight, holds, token, expires_at of every holder row.
 	queue      string // name ×4. First live waiter's seq and expiry, live waiters, foreign waiter rows.
 	expired    string // name. Deletes the name's expired holder rows.
-	insert     string // name, owner, weight, token, ttl.
+	insert     string // name, owner, weight, token, ttl, value.
+	proclaim   string // value, name, owner, token. Sets a live holder's value.
 	reenter    string // ttl, name, owner.
 	setLease   string // owner, token, name, name. Expiry: the latest of the live holders', else 0.
 	delLease   string // name.
@@ -136,7 +155,8 @@ SELECT ?, '', 0, f.mark, 0 FROM {F} f WHERE f.bucket = ` + d.Bucket("?") + tail)
 	(SELECT COUNT(*) FROM {W} w WHERE ` + live + `),
 	(SELECT COUNT(*) FROM {W} w WHERE w.name = ? AND NOT {WOK})`)
 	s.expired = h(`DELETE FROM {H} WHERE name = ? AND expires_at <= {NOW}`)
-	s.insert = h(`INSERT INTO {H} (name, owner, weight, holds, token, expires_at) VALUES (?, ?, ?, 1, ?, {NOW} + ?)`)
+	s.insert = h(`INSERT INTO {H} (name, owner, weight, holds, token, expires_at, value) VALUES (?, ?, ?, 1, ?, {NOW} + ?, ?)`)
+	s.proclaim = h(`UPDATE {H} SET value = ? WHERE name = ? AND owner = ? AND token = ? AND expires_at > {NOW}`)
 	s.reenter = h(`UPDATE {H} SET holds = holds + 1, expires_at = {MAX}(expires_at, {NOW} + ?) WHERE name = ? AND owner = ?`)
 	s.setLease = h(`UPDATE {L} SET owner = ?, holds = 1, token = ?,
 	expires_at = COALESCE((SELECT MAX(h.expires_at) FROM {H} h WHERE h.name = ? AND h.expires_at > {NOW}), 0)
@@ -172,15 +192,56 @@ FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)
 	return s
 }
 
-// CanGrant implements [dlock.Granter]: lease mode grants semaphores and
-// read-write locks on a dialect with a holders table; session mode grants
-// what its server's advisory lock can carry (see Sessions.CanGrant and
-// the package doc).
+// CanGrant implements [dlock.Granter]: lease mode grants semaphores,
+// read-write locks and elections on a dialect with a holders table;
+// session mode grants what its server's advisory lock can carry, and no
+// elections (see Sessions.CanGrant and the package doc).
 func (b *Backend) CanGrant(kind dlock.Kind, limit int) error {
+	if b.s != nil && kind == dlock.KindElection {
+		return fmt.Errorf("%s in session mode grants mutexes only, not an election: a session lock's row records its holder and nothing else, so a mutex request of the name in another process would queue behind the leader instead of being refused as another kind, and the leader's value has no place; use lease mode", b.e.d.Name)
+	}
 	if b.s != nil {
 		return b.s.CanGrant(kind, limit)
 	}
 	return b.e.CanGrant(kind, limit)
+}
+
+// Proclaim implements [dlock.Proclaimer]: it replaces the value of the
+// election hold h if h is still held, and watchers learn of it.
+func (b *Backend) Proclaim(ctx context.Context, h dlock.Hold, value string) error {
+	if b.s != nil {
+		return errorf(errors.ErrUnsupported, "session mode holds mutexes only")
+	}
+	return b.e.Proclaim(ctx, h, value)
+}
+
+// Proclaim sets the value of the live holder row of h: one UPDATE,
+// checked by owner, token and expiry ([dlock.ErrLeaseLost] if it matches
+// nothing). On PostgreSQL the holders table's trigger notifies watchers.
+func (e *Engine) Proclaim(ctx context.Context, h dlock.Hold, value string) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if h.Kind != dlock.KindElection {
+		return errorf(dlock.ErrInvalidOption, "a %s hold has no value", h.Kind)
+	}
+	var n int64
+	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
+		res, err := e.pool.ExecContext(ctx, e.w.proclaim, value, h.Name, h.Owner, int64(h.Token))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return e.wrap(err)
+	}
+	if n == 0 {
+		return e.wlost(ctx, h)
+	}
+	e.changed(h.Name)
+	return nil
 }
 
 // Downgrade implements [dlock.Downgrader].
@@ -188,7 +249,11 @@ func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error
 	if b.s != nil {
 		return b.s.Downgrade(ctx, h, weight)
 	}
-	return b.e.Downgrade(ctx, h, weight)
+	err := b.e.Downgrade(ctx, h, weight)
+	if err == nil {
+		b.e.changed(h.Name)
+	}
+	return err
 }
 
 // CanGrant implements [dlock.Granter].
@@ -196,7 +261,9 @@ func (e *Engine) CanGrant(kind dlock.Kind, limit int) error {
 	switch {
 	case e.d.Weighted == nil:
 		return fmt.Errorf("%s grants mutexes only, not a %s", e.d.Name, dlock.Shape(kind, limit))
-	case kind != dlock.KindSemaphore && kind != dlock.KindRWMutex:
+	case kind == dlock.KindElection && limit != 1:
+		return fmt.Errorf("an election has limit 1, not %d", limit)
+	case kind != dlock.KindSemaphore && kind != dlock.KindRWMutex && kind != dlock.KindElection:
 		return fmt.Errorf("%s does not grant a %s", e.d.Name, dlock.Shape(kind, limit))
 	case limit < 1 || limit > dlock.MaxLimit:
 		return fmt.Errorf("limit %d is outside [1, %d]", limit, dlock.MaxLimit)
@@ -422,7 +489,7 @@ func (e *Engine) wattempt(ctx context.Context, req dlock.Request, seq int64) (wr
 					return err
 				}
 			}
-			if _, err := c.ExecContext(ctx, e.w.insert, req.Name, req.Owner, req.Weight, int64(token), ttl); err != nil {
+			if _, err := c.ExecContext(ctx, e.w.insert, req.Name, req.Owner, req.Weight, int64(token), ttl, req.Value); err != nil {
 				return err
 			}
 			if err := e.setLease(ctx, c, req, token); err != nil {
@@ -772,7 +839,7 @@ func (e *Engine) wlost(ctx context.Context, h dlock.Hold) error {
 // row, whose owner is a mark) with one per live holder.
 func (e *Engine) winspect(ctx context.Context, out []dlock.LockInfo) ([]dlock.LockInfo, error) {
 	var res []dlock.LockInfo
-	q := Bind(e.d, e.table)(`SELECT owner, weight, holds, token, expires_at - {NOW} FROM ` + HoldersTable(e.table) +
+	q := Bind(e.d, e.table)(`SELECT owner, weight, holds, token, expires_at - {NOW}, value FROM ` + HoldersTable(e.table) +
 		` WHERE name = ? AND expires_at > {NOW} ORDER BY token`)
 	for _, in := range out {
 		if !isMark(in.Owner) {
@@ -792,7 +859,7 @@ func (e *Engine) winspect(ctx context.Context, out []dlock.LockInfo) ([]dlock.Lo
 		for rows.Next() {
 			h := in
 			var left int64
-			if err := rows.Scan(&h.Owner, &h.Weight, &h.Count, &h.Token, &left); err != nil {
+			if err := rows.Scan(&h.Owner, &h.Weight, &h.Count, &h.Token, &left, &h.Value); err != nil {
 				rows.Close()
 				return nil, err
 			}
