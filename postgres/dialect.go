@@ -60,7 +60,7 @@ var pgDialect = sqllock.Dialect{
 		return append([]string{`ALTER TABLE ` + holders + ` ADD COLUMN IF NOT EXISTS value TEXT NOT NULL DEFAULT ''`},
 			postgresWeighted(locks, waiters, holders)...)
 	},
-	Wake:     func(locks string) string { return `SELECT ` + locks + `_wake(?::text)` },
+	Wake: func(locks string) string { return `SELECT ` + locks + `_wake(?::text)` },
 }
 
 // postgresWeighted creates the holders table and the function of Wake:
