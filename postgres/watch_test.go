@@ -109,3 +109,56 @@ func TestWatchSessionMode(t *testing.T) {
 	}
 	nextHolders(t, hs, 0)
 }
+
+// TestMigrateAddsValue: a holders table made before elections (no value
+// column, no watch triggers) is completed when the Backend opens, its
+// rows kept; an election then publishes its value, and a watcher is
+// pushed a Proclaim.
+func TestMigrateAddsValue(t *testing.T) {
+	srv := testserver.Postgres(t)
+	ctx := context.Background()
+	raw, err := pgx.Connect(ctx, srv.TestDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close(ctx)
+	if _, err := raw.Exec(ctx, `CREATE TABLE old_locks_holders (name TEXT COLLATE "C" NOT NULL, owner TEXT NOT NULL,
+	weight INTEGER NOT NULL, holds INTEGER NOT NULL, token BIGINT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (name, owner));
+INSERT INTO old_locks_holders VALUES ('old', 'o', 1, 1, 1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	c := openClient(t, srv.TestDSN(), postgres.Table("old_locks"))
+	var v string
+	if err := raw.QueryRow(ctx, `SELECT value FROM old_locks_holders WHERE name = 'old'`).Scan(&v); err != nil || v != "" {
+		t.Fatalf("the old row after Migrate: value %q, %v", v, err)
+	}
+	e := c.Election("e")
+	l, err := e.Campaign(ctx, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	obs := openClient(t, srv.TestDSN(), postgres.Table("old_locks")).Election("e").Observe(octx)
+	// Well within the leader's TTL (30 s), after which the watch would
+	// read again without a push.
+	next := func() dlock.Leader {
+		select {
+		case ld := <-obs:
+			return ld
+		case <-time.After(10 * time.Second):
+			t.Fatal("Observe sent nothing")
+		}
+		return dlock.Leader{}
+	}
+	if ld := next(); ld.Value != "v1" || ld.Term != l.Token() {
+		t.Fatalf("observed %+v", ld)
+	}
+	if err := e.Proclaim(ctx, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if ld := next(); ld.Value != "v2" {
+		t.Fatalf("after Proclaim observed %+v", ld)
+	}
+}
