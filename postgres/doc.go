@@ -91,10 +91,14 @@
 //
 //	GRANT SELECT, INSERT, UPDATE, DELETE ON T, T_waiters, T_listeners TO app;
 //	GRANT SELECT, UPDATE ON T_fence TO app;
+//	GRANT SELECT, INSERT, DELETE ON T_watchers TO app;
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON T_holders TO app; -- semaphores, read-write locks, elections
 //
 // (the triggers run with the privileges of the user whose statement fires
-// them: a release reads T_listeners and raises a mark in T_fence; session
-// mode's advisory locks need no grant). Open checks each of these with a
+// them: a release reads T_listeners and raises a mark in T_fence, a grant
+// or release reads T_watchers; session mode's advisory locks need no
+// grant). T_watchers came with watching (tables made before have none:
+// Open does not require it, and a watch asks to migrate). Open checks each of these with a
 // statement that matches no row and fails, naming the table and the
 // privilege, with an error that says "permission denied" and matches
 // dlock.ErrBackendUnavailable.

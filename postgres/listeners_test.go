@@ -128,7 +128,7 @@ func TestListenersOfOtherRoles(t *testing.T) {
 	}
 	admin.Close()
 	for _, q := range []string{
-		"GRANT ALL ON roles_locks, roles_locks_waiters, roles_locks_fence, roles_locks_listeners TO dlock_role_a, dlock_role_b",
+		"GRANT ALL ON roles_locks, roles_locks_waiters, roles_locks_fence, roles_locks_listeners, roles_locks_watchers TO dlock_role_a, dlock_role_b",
 		"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO dlock_role_a, dlock_role_b",
 	} {
 		if _, err := srv.Query(ctx, "test", q); err != nil {

@@ -67,7 +67,10 @@ var appGrants = func() []sqllocktest.Grant {
 		}
 	}
 	return append(gs, sqllocktest.Grant{Privilege: "SELECT", Table: "dlock_locks_fence"},
-		sqllocktest.Grant{Privilege: "UPDATE", Table: "dlock_locks_fence"})
+		sqllocktest.Grant{Privilege: "UPDATE", Table: "dlock_locks_fence"},
+		sqllocktest.Grant{Privilege: "SELECT", Table: "dlock_locks_watchers"},
+		sqllocktest.Grant{Privilege: "INSERT", Table: "dlock_locks_watchers"},
+		sqllocktest.Grant{Privilege: "DELETE", Table: "dlock_locks_watchers"})
 }()
 
 // TestPrivileges: a role with only the documented grants locks, waits and
