@@ -49,6 +49,16 @@
 // triggers needs the TRIGGER privilege (and, with binary logging, SUPER
 // or log_bin_trust_function_creators).
 //
+// # Elections and watching
+//
+// Lease mode grants elections ([dlock.Client.Election]) as a holder row
+// with the leader's value (the holders table's value column, which
+// [Migrate] adds to a table made before); session mode refuses them, as it
+// refuses semaphores. MySQL has no notification a client can listen to,
+// so a watch ([dlock.Client.Watch], Observe, `dlock status --watch`) reads
+// the holders again every 250 ms — the one poll dlock makes — and at once
+// after a change made by this process.
+//
 // # Session mode
 //
 // With [Session] (URL: ?mode=session) a held lock is also a user-level

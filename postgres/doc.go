@@ -47,6 +47,18 @@
 // release deletes the freed row, and one operation in 64 sweeps expired
 // rows ([Backend.Reclaim] sweeps at once).
 //
+// # Elections and watching
+//
+// Lease mode grants elections ([dlock.Client.Election]) as a holder row
+// with the leader's value (the holders table's value column, which
+// [Migrate] adds to a table made before); session mode refuses them, as it
+// refuses semaphores. Watches ([dlock.Client.Watch], Observe, `dlock
+// status --watch`) are pushed by NOTIFY in both modes: triggers notify a
+// change of a name only while a row of T_watchers names it, so an
+// unwatched lock sends nothing. A watch whose listening connection is
+// lost subscribes again and reports what changed meanwhile. Over a driver
+// other than pgx, a watch polls every 250 ms.
+//
 // # Session mode
 //
 // With [Session] (URL: ?mode=session) a held lock is also a session-level

@@ -78,6 +78,16 @@
 // refreshed every third of the waiter timeout ([WaiterTimeout]); a dead
 // process's waiters drop out after it.
 //
+// # Elections and watching
+//
+// Elections ([dlock.Client.Election]) are granted as a holder row with
+// the leader's value (the holders table's value column, which [Migrate]
+// adds to a table made before). A watch ([dlock.Client.Watch], Observe,
+// `dlock status --watch`) wakes on the same data_version check as the
+// waiters (any commit by another connection: a read of the name follows)
+// and at once after a change made by this process; an in-memory
+// database, which has no such check, reads again every 250 ms.
+//
 // # Clearing a stuck lock
 //
 // Never delete the file (see Guarantees). A lock whose holder died frees

@@ -247,4 +247,68 @@
 // first waiter that now fits. MySQL's session lock (GET_LOCK) has no
 // shared mode, so its session mode grants mutexes only. Lease mode grants
 // both on either database.
+//
+// Session mode grants mutexes only: a session lock is one advisory lock of
+// one connection, which counts no weights, keeps no arrival order among
+// several holders and carries no token per holder. [Backend.CanGrant] says
+// so, and the Client refuses those requests with [dlock.ErrInvalidOption].
+//
+// # Elections and watching
+//
+// An election ([dlock.KindElection]) is granted in lease mode by the
+// weighted path with limit 1: the lease row's mark records "election/1",
+// the leader is the one holder row, and the holder row's value column
+// keeps the leader's value (Request.Value at the grant; [Engine.Proclaim]
+// replaces it with one UPDATE checked by owner, token and expiry, else
+// [dlock.ErrLeaseLost]). Inspect returns it in LockInfo.Value with Kind
+// election, so an Observe of a name held as a mutex (its row's owner is no
+// mark) is refused, and a mutex request of an election's name, or a
+// campaign on a mutex's, fails with a [dlock.ConflictError] writing
+// nothing, as for the other weighted kinds. The term is the holder's
+// token. The mutex's statements are untouched.
+//
+// The value column came with elections: [Migrate] adds it (ALTER TABLE …
+// ADD COLUMN, with the dialect's [Dialect.AddValue]) to a holders table
+// that has every other column, after it has checked every table of the
+// set and before it creates anything; a holders table that is not dlock's
+// is [dlock.ErrForeignData], naming it, and nothing is changed. Two
+// processes that migrate at once: the second ALTER fails and is forgiven
+// once the column is there.
+//
+// Session mode refuses elections (with [dlock.ErrInvalidOption], saying
+// why): the session statements keep the holder's owner in the lease row
+// and nothing else, so a mutex request of an election's name in another
+// process would queue on the advisory lock behind the leader instead of
+// being refused as another kind, and the leader's value would need a
+// column and statements of its own in each session dialect. Use lease
+// mode for elections; the two modes share the tables.
+//
+// Watching ([Backend.Watch], [dlock.Watcher]) works in both modes, for
+// every kind. A change this process makes (a grant returned by Acquire, a
+// release, a downgrade, a proclaim) wakes its watches at once — an atomic
+// load while nothing watches. Changes by other processes arrive by the
+// store's own mechanism:
+//
+//   - PostgreSQL (over pgx): triggers on the lease table (an INSERT; an
+//     UPDATE that changes the owner, the count or the token: a mutex's
+//     grant, re-entry and release, in either mode) and on the holders
+//     table (every change but a renewal) NOTIFY the lease table's channel
+//     with "w:" + the name, but only when a row of the watchers table
+//     (the lease table's name + "_watchers") names it. A watch subscribes
+//     to the listening connection, then writes that row (name, the
+//     listening connection's pid) under the listeners' advisory lock,
+//     exclusive, which the triggers take shared: a change either commits
+//     before the watch's first read or notifies. A renewal notifies
+//     nothing, so a watched lock costs its holder nothing; an expiry
+//     commits nothing, and the Client reads again when the first holder's
+//     TTL runs out. When the listening connection is lost, notifications
+//     may have been missed: every watch's Wait fails, and the Client
+//     subscribes again on the new connection and reads the holders.
+//     Rows of connections that are gone are deleted by the next listener.
+//   - SQLite: the Feed (PRAGMA data_version on a pinned connection, 5 to
+//     25 ms) signals every commit of another connection; spurious wake-ups
+//     (other names) cost one read each.
+//   - MySQL, and PostgreSQL over a driver other than pgx, have no push: a
+//     watch reads again every [WatchPoll] (250 ms). This is the only
+//     poll; it bounds how late a change in another process is seen.
 package sqllock
