@@ -248,11 +248,6 @@
 // shared mode, so its session mode grants mutexes only. Lease mode grants
 // both on either database.
 //
-// Session mode grants mutexes only: a session lock is one advisory lock of
-// one connection, which counts no weights, keeps no arrival order among
-// several holders and carries no token per holder. [Backend.CanGrant] says
-// so, and the Client refuses those requests with [dlock.ErrInvalidOption].
-//
 // # Elections and watching
 //
 // An election ([dlock.KindElection]) is granted in lease mode by the
