@@ -65,10 +65,22 @@ func TestSemaphoreWakesOnlyTheNext(t *testing.T) {
 		// One at a time, so that the queue is in this order.
 		waitFor(t, fmt.Sprintf("waiter %d to queue", i), func() bool { return waiters(t, hb, name) == i+1 })
 	}
+	// A waiter's node is there before its first look and watch are: let
+	// every waiter settle (no request for 300 ms) before counting.
 	before := make([]zookeeper.Stats, n)
-	for i, b := range bs {
-		before[i] = b.Stats()
+	settled := func() bool {
+		for i, b := range bs {
+			before[i] = b.Stats()
+		}
+		time.Sleep(300 * time.Millisecond)
+		for i, b := range bs {
+			if b.Stats().Total() != before[i].Total() {
+				return false
+			}
+		}
+		return true
 	}
+	waitFor(t, "the waiters to settle", settled)
 	if err := h1.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
