@@ -10,8 +10,9 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// ElectionCut: the server ends the connection of an election's leader.
-// The leader learns of its loss (Done, Err) and can no longer proclaim; a
+// ElectionCut: a mutex request of an election's name is refused as
+// another kind, not queued; then the server ends the connection of the
+// election's leader. The leader learns of its loss (Done, Err) and can no longer proclaim; a
 // candidate that waited is elected only after the old lease's Deadline,
 // with a higher term and its own value; an observer sees the old leader,
 // then the new one, never an older term after a newer; nothing is left
@@ -27,6 +28,16 @@ func ElectionCut(t *testing.T, env Env) {
 	old, err := leader.Campaign(ctx, "old")
 	if err != nil {
 		t.Fatal(err)
+	}
+
+	// A mutex request of the name, from another process, is refused as
+	// another kind at once: it does not queue behind the leader.
+	mctx, mcancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = oc.Mutex(name).Lock(mctx)
+	mcancel()
+	var ce *dlock.ConflictError
+	if !errors.As(err, &ce) || ce.Kind != dlock.KindElection || ce.AskedKind != dlock.KindMutex {
+		t.Errorf("Lock of an election's name as a mutex: %v, want a ConflictError (election, asked mutex)", err)
 	}
 
 	octx, cancel := context.WithTimeout(ctx, time.Minute)
