@@ -214,10 +214,12 @@ func (s *suite) electionInput() {
 	}
 }
 
-// watchHolders: Client.Watch sends the holders of a semaphore as they
-// change, pushed by the store: a grant, a second grant, a release.
+// watchHolders: Client.Watch sends the holders of a name as they change,
+// pushed by the store: a grant, a second grant, a release — two holders
+// of a semaphore of 2, or, where the backend grants none, two readers of
+// an RWMutex; where it grants neither (a session lock without a shared
+// mode), one mutex holder after another.
 func (s *suite) watchHolders() {
-	s.grants(dlock.KindSemaphore)
 	name := s.name("wh")
 	c := s.client()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -243,13 +245,29 @@ func (s *suite) watchHolders() {
 		}
 	}
 	want(0)
-	sem := c.Semaphore(name, 2)
-	a, err := sem.Acquire(s.ctx(time.Minute))
+	var acquire func() (*dlock.Lease, error)
+	switch {
+	case s.granted(dlock.KindSemaphore) == nil:
+		sem := c.Semaphore(name, 2)
+		acquire = func() (*dlock.Lease, error) { return sem.Acquire(s.ctx(time.Minute)) }
+	case s.granted(dlock.KindRWMutex) == nil:
+		rw := c.RWMutex(name)
+		acquire = func() (*dlock.Lease, error) { return rw.RLock(s.ctx(time.Minute)) }
+	default:
+		for range 2 {
+			l := s.lock(s.client().Mutex(name))
+			want(1)
+			s.unlock(l)
+			want(0)
+		}
+		return
+	}
+	a, err := acquire()
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	want(1)
-	b, err := sem.Acquire(s.ctx(time.Minute))
+	b, err := acquire()
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -53,8 +53,8 @@
 //
 // Lease mode grants elections ([dlock.Client.Election]) as a holder row
 // with the leader's value (the holders table's value column, which
-// [Migrate] adds to a table made before); session mode refuses them, as it
-// refuses semaphores. MySQL has no notification a client can listen to,
+// [Migrate] adds to a table made before), and so does session mode, whose
+// leader also holds the name's user lock (see Session mode). MySQL has no notification a client can listen to,
 // so a watch ([dlock.Client.Watch], Observe, `dlock status --watch`) reads
 // the holders again every 250 ms — the one poll dlock makes — and at once
 // after a change made by this process.
@@ -71,9 +71,13 @@
 // lock soon after its TTL, as in PostgreSQL's session mode; [Open]
 // sets wait_timeout to [DefaultSessionWaitTimeout] unless the DSN does;
 // each held lock and each name waited for takes a connection.
-// Session mode grants mutexes only: GET_LOCK has no shared mode, so
-// readers could not share and permits could not be counted; semaphores
-// and read-write locks need lease mode.
+// Session mode grants mutexes, semaphores of 1 and elections: their
+// holder's connection holds the name's user lock, and the weighted rows
+// of lease mode record the kind, the token and the leader's value
+// (Proclaim runs on the leader's connection, after checking that it
+// still holds the lock). GET_LOCK has no shared mode, so readers could
+// not share and permits could not be counted: read-write locks and
+// semaphores of N > 1 need lease mode.
 //
 // # Schema
 //

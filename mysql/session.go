@@ -31,14 +31,7 @@ var mySession = sqllock.SessionDialect{
 	ConnID: myConnID,
 	First:  myFirst,
 	Lock: func(ctx context.Context, c *sql.Conn, key any, ttl int64, _ bool) error {
-		var got sql.NullInt64
-		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 31536000)`, key).Scan(&got); err != nil {
-			return err
-		}
-		if got.Int64 != 1 {
-			return errors.New("GET_LOCK returned without the lock")
-		}
-		return myIdle(ctx, c, ttl)
+		return myLock(ctx, c, key, ttl)
 	},
 	Queued: myQueued,
 	Renew: func(ctx context.Context, c *sql.Conn, table string, key any, h dlock.Hold, ttl int64) (bool, error) {
@@ -73,14 +66,7 @@ var mySession = sqllock.SessionDialect{
 		}
 		return false, err == nil, err
 	},
-	Unlock: func(ctx context.Context, c *sql.Conn, key any) (bool, error) {
-		var got sql.NullInt64
-		err := c.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, key).Scan(&got)
-		if err == nil {
-			err = myIdle(ctx, c, 0)
-		}
-		return got.Int64 == 1, err
-	},
+	Unlock: myUnlock,
 	Interrupt: func(ctx context.Context, db *sql.DB, info sqllock.ConnInfo) error {
 		if info.ID == 0 {
 			return errors.New("connection id unknown")
@@ -88,6 +74,61 @@ var mySession = sqllock.SessionDialect{
 		_, err := db.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(info.ID, 10))
 		return err
 	},
+	Weighted: myWeighted,
+}
+
+// myWeighted is session mode's semaphore of 1 and election on MySQL: the
+// holder's connection holds the name's user lock (the mutex's), and the
+// lease mode's weighted rows record the kind, the token and the
+// election's value. GET_LOCK has no shared mode, so read-write locks are
+// refused (Exclusive); the waiters wait in GET_LOCK's queue, in order, as
+// the mutex's do. The wait_timeout is set as for the mutex.
+var myWeighted = &sqllock.SessionWeighted{
+	Exclusive: true,
+	Try: func(ctx context.Context, c *sql.Conn, key any, _ bool, ttl int64) (bool, error) {
+		var got sql.NullInt64
+		if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 0)`, key).Scan(&got); err != nil || got.Int64 != 1 {
+			return false, err
+		}
+		return true, myIdle(ctx, c, ttl)
+	},
+	Lock: func(ctx context.Context, c *sql.Conn, key any, _ bool, ttl int64) error {
+		return myLock(ctx, c, key, ttl)
+	},
+	Held: func(ctx context.Context, c *sql.Conn, key any, _ bool, ttl int64) (bool, error) {
+		var held sql.NullBool
+		if err := c.QueryRowContext(ctx, `SELECT IS_USED_LOCK(?) = CONNECTION_ID()`, key).Scan(&held); err != nil || !held.Bool {
+			return false, err
+		}
+		return true, myIdle(ctx, c, ttl)
+	},
+	Unlock: func(ctx context.Context, c *sql.Conn, key any, _ bool) (bool, error) {
+		return myUnlock(ctx, c, key)
+	},
+}
+
+// myLock waits in GET_LOCK's queue until c holds the user lock key, and
+// sets c's wait_timeout for a hold of ttl milliseconds.
+func myLock(ctx context.Context, c *sql.Conn, key any, ttl int64) error {
+	var got sql.NullInt64
+	if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, 31536000)`, key).Scan(&got); err != nil {
+		return err
+	}
+	if got.Int64 != 1 {
+		return errors.New("GET_LOCK returned without the lock")
+	}
+	return myIdle(ctx, c, ttl)
+}
+
+// myUnlock releases c's user lock key and sets its wait_timeout back; it
+// reports whether c held the lock.
+func myUnlock(ctx context.Context, c *sql.Conn, key any) (bool, error) {
+	var got sql.NullInt64
+	err := c.QueryRowContext(ctx, `SELECT RELEASE_LOCK(?)`, key).Scan(&got)
+	if err == nil {
+		err = myIdle(ctx, c, 0)
+	}
+	return got.Int64 == 1, err
 }
 
 type mySessionStatements struct {

@@ -51,8 +51,10 @@
 //
 // Lease mode grants elections ([dlock.Client.Election]) as a holder row
 // with the leader's value (the holders table's value column, which
-// [Migrate] adds to a table made before); session mode refuses them, as it
-// refuses semaphores. Watches ([dlock.Client.Watch], Observe, `dlock
+// [Migrate] adds to a table made before), in both modes: in session mode
+// the leader's connection also holds the name's advisory key exclusive,
+// as a semaphore of 1 does (see below), and Proclaim runs on that
+// connection. Watches ([dlock.Client.Watch], Observe, `dlock
 // status --watch`) are pushed by NOTIFY in both modes: triggers notify a
 // change of a name only while a row of T_watchers names it, so an
 // unwatched lock sends nothing. A watch whose listening connection is
@@ -74,7 +76,7 @@
 // order of their Acquire calls.
 //
 // Session mode also grants read-write locks (and semaphores of 1, not of
-// N): a reader holds the key with pg_advisory_lock_shared, a writer with
+// N, and elections): a reader holds the key with pg_advisory_lock_shared, a writer with
 // pg_advisory_lock, each on a connection of its own (a waiting reader
 // too), with the holders rows of lease mode for the kind, the token and
 // the expiry. PostgreSQL queues a request behind a waiting one it

@@ -69,7 +69,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 	for _, sc := range []struct {
 		name string
 		fn   func(*testing.T, Env)
-	}{{"Cut", Cut}, {"Restart", Restart}, {"CancelRace", CancelRace}, {"ReentryElsewhere", ReentryElsewhere}} {
+	}{{"Cut", Cut}, {"Restart", Restart}, {"CancelRace", CancelRace}, {"ReentryElsewhere", ReentryElsewhere}, {"ElectionCut", ElectionCut}} {
 		t.Run(sc.name, func(t *testing.T) { sc.fn(t, newEnv(t)) })
 	}
 }

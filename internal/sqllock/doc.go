@@ -187,8 +187,9 @@
 // # Read-write locks in session mode
 //
 // Session mode grants [dlock.KindRWMutex], and [dlock.KindSemaphore] of
-// limit 1, where the database's advisory lock has a shared mode
-// ([SessionDialect.Weighted]: PostgreSQL). Each holder is a connection of
+// limit 1 and [dlock.KindElection], where the database's advisory lock has
+// a shared mode ([SessionDialect.Weighted]: PostgreSQL); where it is
+// exclusive only (MySQL), the semaphores of 1 and elections. Each holder is a connection of
 // its own that holds the name's advisory key — the mutex's key — shared
 // (a reader, weight below the limit) or exclusive (a writer, a permit of
 // a semaphore of 1), and the rows of lease mode: once the connection holds
@@ -245,8 +246,9 @@
 // free slots), but a waiter can wait in the server for one chosen slot
 // only, not for the first one freed, so a release would not wake the
 // first waiter that now fits. MySQL's session lock (GET_LOCK) has no
-// shared mode, so its session mode grants mutexes only. Lease mode grants
-// both on either database.
+// shared mode ([SessionWeighted.Exclusive]): its session mode runs the
+// same path, exclusive only, for semaphores of 1 and elections, and
+// refuses read-write locks. Lease mode grants them all on either database.
 //
 // # Elections and watching
 //
@@ -270,13 +272,22 @@
 // processes that migrate at once: the second ALTER fails and is forgiven
 // once the column is there.
 //
-// Session mode refuses elections (with [dlock.ErrInvalidOption], saying
-// why): the session statements keep the holder's owner in the lease row
-// and nothing else, so a mutex request of an election's name in another
-// process would queue on the advisory lock behind the leader instead of
-// being refused as another kind, and the leader's value would need a
-// column and statements of its own in each session dialect. Use lease
-// mode for elections; the two modes share the tables.
+// Session mode grants elections on the path of its semaphores of 1 (see
+// "Read-write locks in session mode"), on PostgreSQL and MySQL: the
+// leader's connection holds the name's advisory lock exclusive, and the
+// weighted rows of lease mode carry the mark (so a mutex request of the
+// name finds the lock taken, reads the mark and gets a
+// [dlock.ConflictError] rather than queueing behind the leader), the term
+// and the value, written by the grant's transaction. [Sessions.Proclaim]
+// runs on the leader's connection: it checks that the connection still
+// holds the advisory lock, then makes the UPDATE of lease mode there, so
+// a leader whose connection ended cannot change the value (the check
+// failing is a loss, reported at once). A leader whose connection the
+// server ends is reported lost (PostgreSQL: within about 100 ms; MySQL:
+// by its next renewal or Proclaim), and the next candidate, which waits
+// in the server's queue, is elected once the old leader's holder row has
+// expired by the database's clock — after the old lease's Deadline —
+// with a higher term. The mutex's session statements are untouched.
 //
 // Watching ([Backend.Watch], [dlock.Watcher]) works in both modes, for
 // every kind. A change this process makes (a grant returned by Acquire, a

@@ -10,18 +10,26 @@ import (
 	"github.com/dlock-dev/dlock"
 )
 
-// Weighted grants in session mode: read-write locks (and semaphores of 1)
-// on a server whose advisory lock has a shared mode; see the package
-// doc's "Semaphores and read-write locks". Each holder is a connection of
-// its own that holds the name's advisory lock, shared (a reader) or
-// exclusive (a writer), plus a row of the holders table written by the
-// lease mode's weighted transaction, which records the kind, gives the
-// token and keeps the expiry. The mutex's statements are not used.
+// Weighted grants in session mode: read-write locks (and semaphores of 1
+// and elections) on a server whose advisory lock has a shared mode, and
+// semaphores of 1 and elections on one whose lock is exclusive only; see
+// the package doc's "Semaphores and read-write locks". Each holder is a
+// connection of its own that holds the name's advisory lock, shared (a
+// reader) or exclusive (a writer, a permit, a leader), plus a row of the
+// holders table written by the lease mode's weighted transaction, which
+// records the kind, gives the token, keeps the expiry and an election's
+// value. The mutex's statements are not used.
 
 // SessionWeighted is what session mode needs of a database to grant
-// weighted kinds: an advisory lock with a shared and an exclusive mode
-// whose server queue lets no request pass a conflicting waiting one.
+// weighted kinds: an advisory lock with an exclusive mode, and a shared
+// one (unless Exclusive), whose server queue lets no request pass a
+// conflicting waiting one.
 type SessionWeighted struct {
+	// Exclusive says the advisory lock has no shared mode (MySQL's
+	// GET_LOCK): only the kinds a writer alone holds are granted
+	// (semaphores of 1, elections), shared is never asked, and Share and
+	// Drop may be nil.
+	Exclusive bool
 	// Try tries the advisory lock key on c without waiting, shared or
 	// exclusive, and sets c up for a hold of ttl milliseconds if taken.
 	// It is refused while a conflicting request waits in the server.
@@ -47,21 +55,80 @@ type wkey struct{ name, owner string }
 
 var _ dlock.Downgrader = (*Sessions)(nil)
 
-// CanGrant implements [dlock.Granter]: read-write locks and semaphores of
-// 1 where the dialect has a shared advisory lock (SessionDialect.Weighted),
-// and nothing else; see the package doc for why.
+// CanGrant implements [dlock.Granter]: read-write locks where the
+// dialect has a shared advisory lock, semaphores of 1 and elections where
+// it has an exclusive one (SessionDialect.Weighted), and nothing else;
+// see the package doc for why.
 func (s *Sessions) CanGrant(kind dlock.Kind, limit int) error {
 	name, shape := s.e.d.Name, dlock.Shape(kind, limit)
 	switch {
 	case s.d.Weighted == nil:
 		return fmt.Errorf("%w: %s in session mode grants mutexes only, not a %s: its session lock has no shared mode, so it can neither let readers share nor count permits; use lease mode", errors.ErrUnsupported, name, shape)
-	case kind == dlock.KindRWMutex && limit == dlock.RWLimit, kind == dlock.KindSemaphore && limit == 1:
+	case kind == dlock.KindSemaphore && limit == 1, kind == dlock.KindElection && limit == 1:
+	case kind == dlock.KindRWMutex && limit == dlock.RWLimit && !s.d.Weighted.Exclusive:
+	case kind == dlock.KindRWMutex && s.d.Weighted.Exclusive:
+		return fmt.Errorf("%w: %s in session mode does not grant a %s: its session lock has no shared mode, so readers could not share; use lease mode", errors.ErrUnsupported, name, shape)
 	case kind == dlock.KindSemaphore:
 		return fmt.Errorf("%w: %s in session mode grants semaphores of 1 only, not a %s: an advisory lock is shared or exclusive and counts no permits, and a semaphore over N slot locks would wait in the server for one chosen slot rather than the first freed, so a release would not wake the first waiter; use lease mode", errors.ErrUnsupported, name, shape)
 	default:
 		return fmt.Errorf("%w: %s in session mode does not grant a %s", errors.ErrUnsupported, name, shape)
 	}
 	return s.e.CanGrant(kind, limit)
+}
+
+// Proclaim sets the value of the election hold h: on the connection that
+// carries it, a check that it still holds the advisory lock, then the
+// UPDATE of the holder row checked by owner, token and expiry. Only this
+// connection can give up its lock (under cmu, which Proclaim holds) short
+// of ending, and a statement that ran on it ran while it lived, so the
+// value changes only while h holds both. A hold re-entered through
+// another Backend (no connection here) changes the row alone. A
+// connection that fails or no longer holds the lock is a loss.
+func (s *Sessions) Proclaim(ctx context.Context, h dlock.Hold, value string) error {
+	if err := s.e.checkOpen(); err != nil {
+		return err
+	}
+	if h.Kind != dlock.KindElection {
+		return errorf(dlock.ErrInvalidOption, "a %s hold has no value", h.Kind)
+	}
+	se := handleOf(h)
+	if se == nil {
+		return s.e.Proclaim(ctx, h, value)
+	}
+	se.cmu.Lock()
+	defer se.cmu.Unlock()
+	s.mu.Lock()
+	left := time.Until(se.until)
+	s.mu.Unlock()
+	if se.c == nil || left <= 0 {
+		return errorf(dlock.ErrLeaseLost, "token %d: the connection that held the lock is gone", h.Token)
+	}
+	// Seen through like a renewal: a cancelled Proclaim must not cost
+	// the lease. The set-up stays for the rest of the lease.
+	hctx, done := s.e.seeThrough(ctx)
+	ok, err := s.d.Weighted.Held(hctx, se.c, se.key, se.shared, ttlMillis(left))
+	if err = done(err); err != nil || !ok {
+		cause := errorf(dlock.ErrLeaseLost, "token %d: the connection holding the lock failed: %w", h.Token, err)
+		if err == nil {
+			cause = errorf(dlock.ErrLeaseLost, "token %d: the connection no longer holds the lock", h.Token)
+		}
+		s.kill(se, cause, true)
+		return cause
+	}
+	err = s.e.proclaim(ctx, se.c, h, value)
+	switch {
+	case err == nil:
+	case errors.Is(err, dlock.ErrLeaseLost):
+		// The row expired by the database's clock: the lock must go too.
+		s.kill(se, err, true)
+	case ctx.Err() == nil || errors.Is(err, dlock.ErrBackendUnavailable):
+		// The connection failed (or was dropped, unanswered): its lock
+		// is gone with it. A Proclaim whose ctx ended before its
+		// statement leaves the connection as it was.
+		err = errorf(dlock.ErrLeaseLost, "token %d: the connection holding the lock failed: %w", h.Token, err)
+		s.kill(se, err, true)
+	}
+	return err
 }
 
 // wacquire is Acquire for a weighted kind: a re-entry of the owner's
@@ -276,6 +343,9 @@ func (s *Sessions) Downgrade(ctx context.Context, h dlock.Hold, weight int) erro
 	if se.shared || weight >= se.limit {
 		return s.e.Downgrade(ctx, h, weight) // the rows alone: the mode stays
 	}
+	if s.d.Weighted.Exclusive {
+		return errorf(dlock.ErrInvalidOption, "token %d: %s's session lock has no shared mode to downgrade to", h.Token, s.e.d.Name)
+	}
 	if err := s.d.Weighted.Share(ctx, se.c, se.key); err != nil {
 		cause := errorf(dlock.ErrLeaseLost, "token %d: the connection holding the lock failed: %w", h.Token, err)
 		s.kill(se, cause, true)
@@ -407,6 +477,13 @@ func (w *wsWaiter) attempt(ctx context.Context) (dlock.Grant, error) {
 // calls.
 func (w *wsWaiter) startLock(ctx context.Context) error {
 	s := w.s
+	if w.info.ID == 0 && s.d.ConnID != nil {
+		id, err := s.d.ConnID(ctx, w.c)
+		if err != nil {
+			return s.e.wrap(err)
+		}
+		w.info.ID = id
+	}
 	c, key, shared, ttl := w.c, w.key, w.shared, ttlMillis(w.req.TTL)
 	ch, err := s.lockAsync(w, w.info, func() error { return s.d.Weighted.Lock(context.Background(), c, key, shared, ttl) })
 	if err != nil {

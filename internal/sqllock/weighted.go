@@ -194,12 +194,9 @@ FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)
 
 // CanGrant implements [dlock.Granter]: lease mode grants semaphores,
 // read-write locks and elections on a dialect with a holders table;
-// session mode grants what its server's advisory lock can carry, and no
-// elections (see Sessions.CanGrant and the package doc).
+// session mode grants what its server's advisory lock can carry (see
+// Sessions.CanGrant and the package doc).
 func (b *Backend) CanGrant(kind dlock.Kind, limit int) error {
-	if b.s != nil && kind == dlock.KindElection {
-		return fmt.Errorf("%s in session mode grants mutexes only, not an election: a session lock's row records its holder and nothing else, so a mutex request of the name in another process would queue behind the leader instead of being refused as another kind, and the leader's value has no place; use lease mode", b.e.d.Name)
-	}
 	if b.s != nil {
 		return b.s.CanGrant(kind, limit)
 	}
@@ -209,10 +206,16 @@ func (b *Backend) CanGrant(kind dlock.Kind, limit int) error {
 // Proclaim implements [dlock.Proclaimer]: it replaces the value of the
 // election hold h if h is still held, and watchers learn of it.
 func (b *Backend) Proclaim(ctx context.Context, h dlock.Hold, value string) error {
+	var err error
 	if b.s != nil {
-		return errorf(errors.ErrUnsupported, "session mode holds mutexes only")
+		err = b.s.Proclaim(ctx, h, value)
+	} else {
+		err = b.e.Proclaim(ctx, h, value)
 	}
-	return b.e.Proclaim(ctx, h, value)
+	if err == nil {
+		b.e.changed(h.Name)
+	}
+	return err
 }
 
 // Proclaim sets the value of the live holder row of h: one UPDATE,
@@ -222,12 +225,17 @@ func (e *Engine) Proclaim(ctx context.Context, h dlock.Hold, value string) error
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
+	return e.proclaim(ctx, &e.pool, h, value)
+}
+
+// proclaim is Proclaim's UPDATE, run on q.
+func (e *Engine) proclaim(ctx context.Context, q querier, h dlock.Hold, value string) error {
 	if h.Kind != dlock.KindElection {
 		return errorf(dlock.ErrInvalidOption, "a %s hold has no value", h.Kind)
 	}
 	var n int64
 	err := e.writeName(ctx, h.Name, func(ctx context.Context) error {
-		res, err := e.pool.ExecContext(ctx, e.w.proclaim, value, h.Name, h.Owner, int64(h.Token))
+		res, err := q.ExecContext(ctx, e.w.proclaim, value, h.Name, h.Owner, int64(h.Token))
 		if err != nil {
 			return err
 		}
@@ -240,7 +248,6 @@ func (e *Engine) Proclaim(ctx context.Context, h dlock.Hold, value string) error
 	if n == 0 {
 		return e.wlost(ctx, h)
 	}
-	e.changed(h.Name)
 	return nil
 }
 
