@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -67,7 +68,13 @@ func TestFlockSideBySide(t *testing.T) {
 				fh := startProg(t, os.Environ(), nil, "flock", file, "sleep", "60")
 				dh, _ := holdLock(t, u, file)
 				waitHeldByFlock(t, file, fh)
-				defer dh.cmd.Process.Kill()
+				// SIGTERM, not SIGKILL: dlock run then releases, and the
+				// next case does not wait for this hold's TTL (a killed
+				// holder's lock outlived two later cases' 30 s waits).
+				defer func() {
+					dh.cmd.Process.Signal(syscall.SIGTERM)
+					dh.wait()
+				}()
 				defer fh.cmd.Process.Kill()
 			}
 			fr := runFlock(t, sub(file)...)
