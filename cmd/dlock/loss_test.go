@@ -83,6 +83,7 @@ func TestLeaseLostToAnotherOwner(t *testing.T) {
 // The database cannot be written (another connection holds its write lock)
 // until the lease runs out.
 func TestLeaseLostToAnUnwritableStore(t *testing.T) {
+	t.Parallel()
 	p, db, marks := lossCase(t, false)
 	conn, err := db.Conn(context.Background())
 	if err != nil {
@@ -109,6 +110,7 @@ func TestLeaseLostCommandKilledAfterGrace(t *testing.T) {
 // before a renewal notices: the loss shows only at the release. The hold
 // was not continuous, so dlock exits 4, not with the command's status.
 func TestLeaseLostFoundAtUnlock(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	pu, err := url.Parse(u)
 	if err != nil {

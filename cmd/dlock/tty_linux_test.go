@@ -135,6 +135,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, term *terminal) int {
 // the process that ran dlock (here a shell without job control, which would
 // be stopped reading it otherwise).
 func TestTerminalForeground(t *testing.T) {
+	t.Parallel()
 	term, cmd := startOnTerminal(t, testEnv(t), "sh", "-c",
 		`"$0" run --name x -- sh -c 'echo "$((6*7))ready"; read line; echo "got:$line"'; echo "dlock:$?"; read x; echo "after:$x"`,
 		dlockBin)
@@ -152,6 +153,7 @@ func TestTerminalForeground(t *testing.T) {
 
 // Ctrl-C on the terminal interrupts the command; dlock exits 130.
 func TestTerminalInterrupt(t *testing.T) {
+	t.Parallel()
 	term, cmd := startOnTerminal(t, testEnv(t), dlockBin, "run", "--name", "x", "--",
 		"sh", "-c", `echo "$((6*7))ready"; sleep 30`)
 	var at int
@@ -165,6 +167,7 @@ func TestTerminalInterrupt(t *testing.T) {
 // In an interactive shell, Ctrl-Z stops the job (dlock and the command),
 // fg continues it with the terminal, and the command can read it again.
 func TestTerminalSuspendAndResume(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
