@@ -40,7 +40,9 @@ func lossCase(t *testing.T, ignoreTERM bool, extra ...string) (p *proc, db *sql.
 	args = append(args, "--", "sh", "-c", trap+`; echo ready > "$1"; while :; do sleep 0.05; done`, marks, ready)
 	p = start(t, nil, args...)
 	waitFile(t, ready, p)
-	db, err = sql.Open("sqlite", pu.Path)
+	// A busy timeout: the test's write must wait out a renewal that holds
+	// the database's write lock (SQLITE_BUSY at once, under load).
+	db, err = sql.Open("sqlite", "file:"+(&url.URL{Path: pu.Path}).EscapedPath()+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
