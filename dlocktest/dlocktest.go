@@ -37,6 +37,7 @@ type config struct {
 	grants    int
 	names     int
 	leakCheck bool
+	parallel  int           // items run at once
 	foreign   *foreignHooks // see PlantForeign
 	reclaim   *reclaimHooks // see Reclaim
 }
@@ -59,119 +60,185 @@ func Grants(n int) Option { return optionFunc(func(c *config) { c.grants = n }) 
 // n is at least 10.
 func Names(n int) Option { return optionFunc(func(c *config) { c.names = max(n, 10) }) }
 
-// NoLeakCheck turns off the goroutine-leak check that follows every
-// subtest, for backends whose client library keeps goroutines that
+// NoLeakCheck turns off the goroutine-leak check that follows the
+// suite, for backends whose client library keeps goroutines that
 // outlive their closing (say why where you use it).
 func NoLeakCheck() Option { return optionFunc(func(c *config) { c.leakCheck = false }) }
 
-// Run runs the conformance suite against the backends made by newBackend.
+// Parallel sets how many items of the suite run at once (default 4), a
+// bound that keeps a small server from being swamped; 1 runs them one by
+// one. See [Run].
+func Parallel(n int) Option { return optionFunc(func(c *config) { c.parallel = max(n, 1) }) }
+
+// item is one item of the suite, as Run runs it.
+type item struct {
+	name string
+	fn   func(*suite)
+	cfg  config
+	via  dlock.Kind
+	// serial: the item runs alone, with no other item of the Run beside
+	// it (see Run).
+	serial bool
+}
+
+// Run runs the conformance suite against the backends made by newBackend,
+// each item as a subtest of t named after it.
+//
+// Most items run side by side, at most [Parallel] at once: each locks
+// names of its own (under a prefix unique to the item) on backends of its
+// own, so the others are no more to it than other processes using the
+// store. An item runs alone (serial) when it cannot share the store:
+//   - it counts what happens at the store over a time (WokenNotPolling
+//     counts a waiter's acquisition attempts: a backend may wake its
+//     waiters at other names' releases);
+//   - it takes a scarce resource in bulk (ManyNames holds up to 1000
+//     names, each a database connection in a session mode);
+//   - it acts on the whole store (ReclaimKeepsTokens sweeps every free
+//     name);
+//   - it needs short-TTL renewals to keep pace with the clock (Renewal,
+//     LeaseContextTimeout: a late renewal under the other items' load would
+//     fail them for no fault of the backend).
+//
+// Items that only wait for a TTL, or check that something does not happen
+// within a time, run side by side. The serial items run first, one by one,
+// then the others.
+//
+// Unless [NoLeakCheck] is given, Run checks once all its items are over
+// that no goroutine started during the Run is left (skipped if an item
+// failed).
 func Run(t *testing.T, newBackend Factory, opts ...Option) {
-	cfg := config{ttl: 500 * time.Millisecond, watchdog: 2 * time.Minute, grants: 200, names: 1000, leakCheck: true}
+	cfg := config{ttl: 500 * time.Millisecond, watchdog: 2 * time.Minute, grants: 200, names: 1000, leakCheck: true, parallel: 4}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	var items []item
 	for _, tc := range []struct {
-		name string
-		fn   func(*suite)
+		name   string
+		fn     func(*suite)
+		serial bool
 	}{
-		{"Exclusion", (*suite).exclusion},
-		{"TokensIncrease", (*suite).tokensIncrease},
-		{"ExpiryAfterAbandon", (*suite).expiryAfterAbandon},
-		{"ReleaseAfterLoss", (*suite).releaseAfterLoss},
-		{"Renewal", (*suite).renewal},
-		{"MaxHold", (*suite).maxHold},
-		{"ReentrantOwner", (*suite).reentrantOwner},
-		{"ReentrantContext", (*suite).reentrantContext},
-		{"FairFIFO", (*suite).fairFIFO},
-		{"TryLockWhileHeld", (*suite).tryLockWhileHeld},
-		{"CancelledWaiter", (*suite).cancelledWaiter},
-		{"CancelledFairWaiter", (*suite).cancelledFairWaiter},
-		{"InvalidInput", (*suite).invalidInput},
-		{"ManyNames", (*suite).manyNames},
-		{"CloseWithLocksHeld", (*suite).closeWithLocksHeld},
-		{"Extend", (*suite).extend},
-		{"ForeignData", (*suite).foreignData},
-		{"ReclaimKeepsTokens", (*suite).reclaimKeepsTokens},
-		{"InspectWaiters", (*suite).inspectWaiters},
-		{"WokenNotPolling", (*suite).wokenNotPolling},
-		{"ExtremeTTL", (*suite).extremeTTL},
-		{"NamespaceIsolation", (*suite).namespaceIsolation},
-		{"MinHold", (*suite).minHold},
-		{"LostShorterExtend", (*suite).lostShorterExtend},
-		{"LeaseContextTimeout", (*suite).leaseContextTimeout},
-		{"SilentStoreNotBusy", (*suite).silentStoreNotBusy},
-		{"StoreDownWhileWaiting", (*suite).storeDownWhileWaiting},
-		{"SemaphoreLimit", (*suite).semaphoreLimit},
-		{"SemaphorePermitExpiry", (*suite).permitExpiry},
-		{"SemaphoreQueue", (*suite).weightedQueue},
-		{"WeightedInput", (*suite).weightedInput},
-		{"RWExclusion", (*suite).rwExclusion},
-		{"RWTokens", (*suite).weightedTokens},
-		{"RWWriterNotStarved", (*suite).writerNotStarved},
-		{"RWDowngrade", (*suite).downgrade},
-		{"ElectionOneLeader", (*suite).electionOneLeader},
-		{"ElectionObserve", (*suite).electionObserve},
-		{"ElectionLeaderLost", (*suite).electionLeaderLost},
-		{"ElectionInput", (*suite).electionInput},
-		{"WatchHolders", (*suite).watchHolders},
+		{"Exclusion", (*suite).exclusion, false},
+		{"TokensIncrease", (*suite).tokensIncrease, false},
+		{"ExpiryAfterAbandon", (*suite).expiryAfterAbandon, false},
+		{"ReleaseAfterLoss", (*suite).releaseAfterLoss, false},
+		{"Renewal", (*suite).renewal, true},
+		{"MaxHold", (*suite).maxHold, false},
+		{"ReentrantOwner", (*suite).reentrantOwner, false},
+		{"ReentrantContext", (*suite).reentrantContext, false},
+		{"FairFIFO", (*suite).fairFIFO, false},
+		{"TryLockWhileHeld", (*suite).tryLockWhileHeld, false},
+		{"CancelledWaiter", (*suite).cancelledWaiter, false},
+		{"CancelledFairWaiter", (*suite).cancelledFairWaiter, false},
+		{"InvalidInput", (*suite).invalidInput, false},
+		{"ManyNames", (*suite).manyNames, true},
+		{"CloseWithLocksHeld", (*suite).closeWithLocksHeld, false},
+		{"Extend", (*suite).extend, false},
+		{"ForeignData", (*suite).foreignData, false},
+		{"ReclaimKeepsTokens", (*suite).reclaimKeepsTokens, true},
+		{"InspectWaiters", (*suite).inspectWaiters, false},
+		{"WokenNotPolling", (*suite).wokenNotPolling, true},
+		{"ExtremeTTL", (*suite).extremeTTL, false},
+		{"NamespaceIsolation", (*suite).namespaceIsolation, false},
+		{"MinHold", (*suite).minHold, false},
+		{"LostShorterExtend", (*suite).lostShorterExtend, false},
+		{"LeaseContextTimeout", (*suite).leaseContextTimeout, true},
+		{"SilentStoreNotBusy", (*suite).silentStoreNotBusy, false},
+		{"StoreDownWhileWaiting", (*suite).storeDownWhileWaiting, false},
+		{"SemaphoreLimit", (*suite).semaphoreLimit, false},
+		{"SemaphorePermitExpiry", (*suite).permitExpiry, false},
+		{"SemaphoreQueue", (*suite).weightedQueue, false},
+		{"WeightedInput", (*suite).weightedInput, false},
+		{"RWExclusion", (*suite).rwExclusion, false},
+		{"RWTokens", (*suite).weightedTokens, false},
+		{"RWWriterNotStarved", (*suite).writerNotStarved, false},
+		{"RWDowngrade", (*suite).downgrade, false},
+		{"ElectionOneLeader", (*suite).electionOneLeader, false},
+		{"ElectionObserve", (*suite).electionObserve, false},
+		{"ElectionLeaderLost", (*suite).electionLeaderLost, false},
+		{"ElectionInput", (*suite).electionInput, false},
+		{"WatchHolders", (*suite).watchHolders, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { runItem(t, newBackend, cfg, tc.name, tc.fn, dlock.KindMutex) })
+		items = append(items, item{name: tc.name, fn: tc.fn, cfg: cfg, via: dlock.KindMutex, serial: tc.serial})
 	}
 	// The mutex items again through a Semaphore of 1 and an RWMutex's
 	// writer: each backend's weighted path must behave as its mutex.
 	for _, via := range []dlock.Kind{dlock.KindSemaphore, dlock.KindRWMutex} {
 		for _, tc := range []struct {
-			name string
-			fn   func(*suite)
+			name   string
+			fn     func(*suite)
+			serial bool
 		}{
-			{"Exclusion", (*suite).exclusion},
-			{"TokensIncrease", (*suite).tokensIncrease},
-			{"ExpiryAfterAbandon", (*suite).expiryAfterAbandon},
-			{"ReleaseAfterLoss", (*suite).releaseAfterLoss},
-			{"Renewal", (*suite).renewal},
-			{"ReentrantOwner", (*suite).reentrantOwner},
-			{"ReentrantContext", (*suite).reentrantContext},
-			{"TryLockWhileHeld", (*suite).tryLockWhileHeld},
-			{"CancelledWaiter", (*suite).cancelledWaiter},
+			{"Exclusion", (*suite).exclusion, false},
+			{"TokensIncrease", (*suite).tokensIncrease, false},
+			{"ExpiryAfterAbandon", (*suite).expiryAfterAbandon, false},
+			{"ReleaseAfterLoss", (*suite).releaseAfterLoss, false},
+			{"Renewal", (*suite).renewal, true},
+			{"ReentrantOwner", (*suite).reentrantOwner, false},
+			{"ReentrantContext", (*suite).reentrantContext, false},
+			{"TryLockWhileHeld", (*suite).tryLockWhileHeld, false},
+			{"CancelledWaiter", (*suite).cancelledWaiter, false},
 		} {
-			name := "Via" + map[dlock.Kind]string{dlock.KindSemaphore: "Semaphore1", dlock.KindRWMutex: "RWWriter"}[via] + "/" + tc.name
 			// The weighted path under the mutex's items: its wiring, not
 			// the load, so fewer grants (MySQL wakes weighted waiters of
 			// other processes by looking again, not by push).
 			vcfg := cfg
 			vcfg.grants = min(cfg.grants, 25)
-			t.Run(name, func(t *testing.T) {
-				runItem(t, newBackend, vcfg, name, func(s *suite) {
+			items = append(items, item{
+				name: "Via" + map[dlock.Kind]string{dlock.KindSemaphore: "Semaphore1", dlock.KindRWMutex: "RWWriter"}[via] + "/" + tc.name,
+				fn: func(s *suite) {
 					s.grants(via)
 					tc.fn(s)
-				}, via)
+				},
+				cfg: vcfg, via: via, serial: tc.serial,
 			})
+		}
+	}
+	var ignore goleak.Option
+	if cfg.leakCheck {
+		ignore = goleak.IgnoreCurrent()
+	}
+	for _, it := range items {
+		if it.serial {
+			t.Run(it.name, func(t *testing.T) { runItem(t, newBackend, it) })
+		}
+	}
+	// testing.T.Run may be called from several goroutines at once; unlike
+	// t.Parallel, this keeps Run synchronous (it returns when the suite is
+	// over, so the leak check below sees every item's clean-up done) and
+	// the bound its own rather than -parallel's.
+	sem := make(chan struct{}, cfg.parallel)
+	var wg sync.WaitGroup
+	for _, it := range items {
+		if it.serial {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			t.Run(it.name, func(t *testing.T) { runItem(t, newBackend, it) })
+		}()
+	}
+	wg.Wait()
+	if cfg.leakCheck && !t.Failed() {
+		// A driver's connection goroutines end a little after the
+		// pool's Close; on a loaded machine that took longer than
+		// goleak's own ~2 s of retries (a go-sql-driver watcher, in
+		// CI): allow ~10 s.
+		for end := time.Now().Add(8 * time.Second); goleak.Find(ignore) != nil && time.Now().Before(end); {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := goleak.Find(ignore); err != nil {
+			t.Errorf("goroutines started by the dlocktest.Run items are left after all of them ended: %v", err)
 		}
 	}
 }
 
-// runItem runs one item with the leak check and the watchdog.
-func runItem(t *testing.T, newBackend Factory, cfg config, name string, fn func(*suite), via dlock.Kind) {
-	if cfg.leakCheck {
-		// Registered first, so it runs after every other clean-up of
-		// the subtest, the factory's included.
-		ignore := goleak.IgnoreCurrent()
-		t.Cleanup(func() {
-			if !t.Failed() {
-				// A driver's connection goroutines end a little
-				// after the pool's Close; on a loaded machine that
-				// took longer than goleak's own ~2 s of retries (a
-				// go-sql-driver watcher, in CI): allow ~10 s.
-				for end := time.Now().Add(8 * time.Second); goleak.Find(ignore) != nil && time.Now().Before(end); {
-					time.Sleep(100 * time.Millisecond)
-				}
-				goleak.VerifyNone(t, ignore)
-			}
-		})
-	}
-	stop := watchdog(t, cfg.watchdog)
+// runItem runs one item with the watchdog.
+func runItem(t *testing.T, newBackend Factory, it item) {
+	stop := watchdog(t, it.cfg.watchdog)
 	defer stop()
-	fn(&suite{t: t, f: newBackend, cfg: cfg, prefix: "dlocktest/" + randHex(6) + "/" + name + "/", via: via})
+	it.fn(&suite{t: t, f: newBackend, cfg: it.cfg, prefix: "dlocktest/" + randHex(6) + "/" + it.name + "/", via: it.via})
 }
 
 // watchdog ends the test binary with every goroutine's stack if the test

@@ -6,8 +6,10 @@
 // # Items
 //
 // Run runs every item as a named subtest, on fresh lock names, under a
-// watchdog that ends a hung test with a dump of every goroutine, and with
-// a goroutine leak check after it. The items, one file each group:
+// watchdog that ends a hung test with a dump of every goroutine; most
+// items side by side, those that need the store to themselves alone (see
+// [Run] for the rule); and a goroutine leak check once all are over. The
+// items, one file each group:
 //
 //   - basics.go: exclusion, increasing tokens, bad input, many names,
 //     Close with locks held.

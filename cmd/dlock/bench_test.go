@@ -54,6 +54,8 @@ func checkResults(t *testing.T, rep benchReport, want ...string) {
 // TestBenchDefault runs dlock bench on the default backend, the SQLite
 // file in the state directory, with no --url.
 func TestBenchDefault(t *testing.T) {
+	// Not parallel: held100 keeps 100 leases of a 3 s TTL renewed, which
+	// other tests' load made fail.
 	sqliteURL(t) // skips without the sqlite backend
 	rep := runBenchJSON(t, "--workloads", "uncontended,distinct,contended8,rw90,herd10,held100")
 	if !strings.HasPrefix(rep.URL, "sqlite://") || rep.Fair || rep.StoreCount != "" {
@@ -76,6 +78,7 @@ func TestBenchDefault(t *testing.T) {
 // server counts its commands, at least one for a Lock and one for an
 // Unlock; and the table names every workload.
 func TestBenchRedis(t *testing.T) {
+	t.Parallel()
 	u := "redis://" + testserver.Redis(t).Addr()
 	rep := runBenchJSON(t, "--url", u, "--fair", "--workloads", "uncontended,contended8,semaphore4x16,rw90,herd10")
 	if rep.URL != u || !rep.Fair || !strings.Contains(rep.StoreCount, "Redis commands") {
@@ -105,6 +108,7 @@ func TestBenchRedis(t *testing.T) {
 // TestBenchUsage: bad flags and workloads are usage errors that say what
 // is wrong, before anything runs.
 func TestBenchUsage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -130,6 +134,7 @@ func TestBenchUsage(t *testing.T) {
 
 // TestBenchOpeners: dlock bench can open every scheme the binary knows.
 func TestBenchOpeners(t *testing.T) {
+	t.Parallel()
 	for _, s := range dlock.Schemes() {
 		if _, err := benchOpener(&url.URL{Scheme: s}); err != nil {
 			t.Errorf("%s: %v", s, err)

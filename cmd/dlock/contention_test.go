@@ -50,6 +50,7 @@ func (p *proc) stop() {
 }
 
 func TestBusyWithoutWaiting(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	holder, owner := holdLock(t, url, "busy")
 	r := runDlock(t, nil, "run", "--url", url, "--name", "busy", "--wait", "0", "--", "sh", "-c", "echo ran")
@@ -72,6 +73,7 @@ func TestBusyWithoutWaiting(t *testing.T) {
 }
 
 func TestWaitTimesOut(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	_, owner := holdLock(t, url, "slow")
 	r := runDlock(t, nil, "run", "--url", url, "--name", "slow", "--wait", "500ms", "--", "sh", "-c", "echo ran")
@@ -100,6 +102,7 @@ func TestWaitTimesOut(t *testing.T) {
 // A waiter without --wait waits until the holder is done, having said once
 // for whom, then runs with the next token.
 func TestWaitsForTheHolder(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	holder, owner, token := holdLockToken(t, url, "queue")
 	waiter := start(t, nil, "run", "--url", url, "--name", "queue", "--fair", "--", "sh", "-c", `echo "$DLOCK_TOKEN"`)
@@ -124,6 +127,7 @@ func TestWaitsForTheHolder(t *testing.T) {
 // Commands run by concurrent dlock runs on one lock do not overlap, and
 // each gets a higher token.
 func TestConcurrentRunsSerialize(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	log := filepath.Join(t.TempDir(), "log")
 	const n = 4
@@ -162,6 +166,7 @@ func TestConcurrentRunsSerialize(t *testing.T) {
 // SIGINT while waiting gives up the wait: exit 130, and the lock is not
 // taken behind the holder's back.
 func TestInterruptWhileWaiting(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	holdLock(t, url, "intr")
 	waiter := start(t, nil, "run", "--url", url, "--name", "intr", "--", "sh", "-c", "echo ran")
@@ -178,6 +183,7 @@ func TestInterruptWhileWaiting(t *testing.T) {
 // With an explicit owner, a dlock run inside the command re-enters the lock
 // (same backend through DLOCK_URL, same token).
 func TestOwnerReenters(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	env := append(testEnv(t), "PATH="+filepath.Dir(dlockBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	r := runDlock(t, env, "run", "--url", url, "--name", "nest", "--owner", "job-42", "--",

@@ -11,6 +11,7 @@ import (
 // the test tooling (goleak, the conformance suite), which it once did
 // through dlocktest's workload runner.
 func TestBinaryLinksNoTestTooling(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)

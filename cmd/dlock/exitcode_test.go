@@ -19,6 +19,7 @@ import (
 // error, since every dlock process would have its own locks. Before, both
 // exited 0 and two dlock run held "the same" lock at once.
 func TestRunRefusesMem(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"run", "--url", "mem://", "--name", "x", "--", "true"},
 		{"status", "--url", "mem://shared"},
@@ -39,6 +40,7 @@ func TestRunRefusesMem(t *testing.T) {
 // exits 3 naming the holder. Before, the deadline cut the attempt short
 // on redis and a free lock exited 3.
 func TestTinyWaitOnFreeLock(t *testing.T) {
+	t.Parallel()
 	u := "redis://" + testserver.Redis(t).Addr()
 	for _, wait := range []string{"1ns", "1ms"} {
 		for i := range 3 {
@@ -59,6 +61,7 @@ func TestTinyWaitOnFreeLock(t *testing.T) {
 // directory or a home, dlock cannot name its default database: exit 2,
 // saying what to set. Before, exit 5 as if a backend had failed.
 func TestNoHomeIsConfigurationError(t *testing.T) {
+	t.Parallel()
 	var env []string
 	for _, kv := range testEnv(t) {
 		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_STATE_HOME=") {
@@ -76,6 +79,7 @@ func TestNoHomeIsConfigurationError(t *testing.T) {
 // TestForeignDataExitCode: a lock whose row dlock did not write exits 6
 // with the store's explanation. Before, exit 5, "backend error".
 func TestForeignDataExitCode(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	if r := runDlock(t, nil, "migrate", "--url", u); r.code != 0 {
 		t.Fatalf("migrate: exit %d; stderr:\n%s", r.code, r.stderr)
@@ -105,6 +109,7 @@ func TestForeignDataExitCode(t *testing.T) {
 // failed either way. Before, dlock exited 0 and the lock stayed held
 // until its TTL.
 func TestReleaseFailureExitCode(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		child, want int
 	}{{0, exitRelease}, {9, 9}} {
@@ -133,6 +138,7 @@ func TestReleaseFailureExitCode(t *testing.T) {
 // the URL, leaves the opening unbounded; others bound it by 30s or twice
 // the timeout. Before, 0 meant a hidden bound of 30s.
 func TestOpenContextConnectTimeout(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		url  string
 		flag optDuration
@@ -162,6 +168,7 @@ func TestOpenContextConnectTimeout(t *testing.T) {
 // line is wider than 80 columns. Before, --connect-timeout D pushed its
 // description out of the column, and long lines ran past 80.
 func TestHelpColumns(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"help"}, {"help", "run"}, {"help", "status"}, {"help", "migrate"}, {"help", "verify"}, {"help", "bench"}} {
 		r := runDlock(t, nil, args...)
 		if r.code != 0 {

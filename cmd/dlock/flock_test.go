@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -30,6 +31,7 @@ func runFlock(t *testing.T, args ...string) result {
 // held by another process where the case says, and compares exit codes and
 // whether stderr is silent.
 func TestFlockSideBySide(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "job.lock")
 	u := sqliteURL(t)
 	env := testEnv(t, "DLOCK_URL="+u)
@@ -67,7 +69,13 @@ func TestFlockSideBySide(t *testing.T) {
 				fh := startProg(t, os.Environ(), nil, "flock", file, "sleep", "60")
 				dh, _ := holdLock(t, u, file)
 				waitHeldByFlock(t, file, fh)
-				defer dh.cmd.Process.Kill()
+				// SIGTERM, not SIGKILL: dlock run then releases, and the
+				// next case does not wait for this hold's TTL (a killed
+				// holder's lock outlived two later cases' 30 s waits).
+				defer func() {
+					dh.cmd.Process.Signal(syscall.SIGTERM)
+					dh.wait()
+				}()
 				defer fh.cmd.Process.Kill()
 			}
 			fr := runFlock(t, sub(file)...)
@@ -104,6 +112,7 @@ func waitHeldByFlock(t *testing.T, file string, p *proc) {
 // TestFlockDeviations: -n with -w is refused (flock lets -n win), and
 // --name keeps dlock's own exit codes (3 busy, 2 usage).
 func TestFlockDeviations(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	_, _ = holdLock(t, u, "d")
 	for _, c := range []struct {
@@ -129,6 +138,7 @@ func TestFlockDeviations(t *testing.T) {
 // says who held it, asks, releases when told yes, and the next grant's
 // token is higher; a free name is reported and nothing changes.
 func TestHoldAndForceRelease(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	h := start(t, nil, "hold", "--url", u, "stuck")
 	waitStderr(t, h, "holding lock")
@@ -165,6 +175,7 @@ func TestHoldAndForceRelease(t *testing.T) {
 }
 
 func TestStatusJSON(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	_, owner, token := holdLockToken(t, u, "j")
 	r := runDlock(t, nil, "status", "--url", u, "--json")
@@ -180,6 +191,7 @@ func TestStatusJSON(t *testing.T) {
 // TestStatusWatchLines: off a terminal, status --watch prints a line per
 // change of the name.
 func TestStatusWatchLines(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	w := start(t, nil, "status", "--url", u, "--watch", "wj")
 	waitStdout(t, w, "wj: free")
@@ -196,6 +208,7 @@ func TestStatusWatchLines(t *testing.T) {
 }
 
 func TestVersionAndCompletion(t *testing.T) {
+	t.Parallel()
 	v := runDlock(t, nil, "version")
 	vv := runDlock(t, nil, "--version")
 	if v.code != 0 || vv.stdout != v.stdout || !strings.HasPrefix(v.stdout, "dlock ") {

@@ -16,6 +16,7 @@ import (
 // lock for "the processes of one host"); the help now says so and shows
 // this.
 func TestHostWideRecipe(t *testing.T) {
+	t.Parallel()
 	help := runDlock(t, nil, "help", "run")
 	if strings.Contains(help.stdout, "coordinates the processes of one") {
 		t.Errorf("dlock help run still promises the default database to all processes of a host:\n%s", help.stdout)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	notExec := filepath.Join(t.TempDir(), "script")
 	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -81,6 +82,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	exitCodes := []string{"Exit status", "128+N", "  2 ", "  3 ", "  4 ", "  5 ", "126", "127", "--wait", "--grace", "DLOCK_TOKEN"}
 	for _, tc := range []struct {
 		args   []string
@@ -117,6 +119,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestDefaultURL(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	env := append(testEnv(t), "XDG_STATE_HOME="+state)
 	r := runDlock(t, env, "run", "--name", "x", "--", "sh", "-c", `echo "$DLOCK_URL"`)
@@ -145,6 +148,7 @@ func TestDefaultURL(t *testing.T) {
 }
 
 func TestDefaultURLWithoutXDG(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	var env []string
 	for _, kv := range testEnv(t) {
@@ -165,6 +169,7 @@ func TestDefaultURLWithoutXDG(t *testing.T) {
 }
 
 func TestURLFromEnvironment(t *testing.T) {
+	t.Parallel()
 	db := sqliteURL(t)
 	env := append(testEnv(t), "DLOCK_URL="+db)
 	r := runDlock(t, env, "run", "--name", "x", "--", "sh", "-c", `echo "$DLOCK_URL"`)
@@ -179,6 +184,7 @@ func TestURLFromEnvironment(t *testing.T) {
 }
 
 func TestBackendError(t *testing.T) {
+	t.Parallel()
 	sqliteURL(t) // skips without the sqlite backend
 	missing := "sqlite://" + filepath.ToSlash(filepath.Join(t.TempDir(), "no", "such", "dir", "locks.db"))
 	for _, args := range [][]string{
@@ -198,6 +204,7 @@ func TestBackendError(t *testing.T) {
 }
 
 func TestDurationFlag(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		want time.Duration

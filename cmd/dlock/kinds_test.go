@@ -13,6 +13,7 @@ import (
 // exit 2 and a message naming the backend; leader of a free election
 // says "no leader" and exits 1.
 func TestKindsOnSQLite(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	for _, tc := range []struct {
 		name       string

@@ -40,7 +40,9 @@ func lossCase(t *testing.T, ignoreTERM bool, extra ...string) (p *proc, db *sql.
 	args = append(args, "--", "sh", "-c", trap+`; echo ready > "$1"; while :; do sleep 0.05; done`, marks, ready)
 	p = start(t, nil, args...)
 	waitFile(t, ready, p)
-	db, err = sql.Open("sqlite", pu.Path)
+	// A busy timeout: the test's write must wait out a renewal that holds
+	// the database's write lock (SQLITE_BUSY at once, under load).
+	db, err = sql.Open("sqlite", "file:"+(&url.URL{Path: pu.Path}).EscapedPath()+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +85,7 @@ func TestLeaseLostToAnotherOwner(t *testing.T) {
 // The database cannot be written (another connection holds its write lock)
 // until the lease runs out.
 func TestLeaseLostToAnUnwritableStore(t *testing.T) {
+	t.Parallel()
 	p, db, marks := lossCase(t, false)
 	conn, err := db.Conn(context.Background())
 	if err != nil {
@@ -109,6 +112,7 @@ func TestLeaseLostCommandKilledAfterGrace(t *testing.T) {
 // before a renewal notices: the loss shows only at the release. The hold
 // was not continuous, so dlock exits 4, not with the command's status.
 func TestLeaseLostFoundAtUnlock(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	pu, err := url.Parse(u)
 	if err != nil {

@@ -4,11 +4,13 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +32,8 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	flag.Parse()
+	setParallel()
 	dir, err := os.MkdirTemp("", "dlock-test-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -58,6 +62,25 @@ func testMain(m *testing.M) int {
 	schemes, _, _ = strings.Cut(schemes, ".\n") // wrapped over lines
 	schemes = strings.Join(strings.Fields(schemes), " ") + "."
 	return m.Run()
+}
+
+// minParallel is how many parallel tests run at once unless -parallel
+// says otherwise: the tests spend most of their time waiting on the dlock
+// processes they start, on TTLs and on servers, not on a CPU, so more than
+// -parallel's default of GOMAXPROCS (2 on a small CI machine) run beside
+// each other. The tests that time a short TTL's renewals or an upper bound
+// are not parallel.
+const minParallel = 4
+
+// setParallel raises -test.parallel to minParallel if it was not given.
+func setParallel() {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if f := flag.Lookup("test.parallel"); f != nil && !given {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < minParallel {
+			f.Value.Set(strconv.Itoa(minParallel))
+		}
+	}
 }
 
 // sqliteURL returns the URL of a fresh SQLite lock database, or skips the

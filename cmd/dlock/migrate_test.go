@@ -14,6 +14,7 @@ import (
 )
 
 func TestMigrateSQLite(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	path := strings.TrimPrefix(url, "sqlite://")
 	db, err := sql.Open("sqlite", path)
@@ -54,6 +55,7 @@ func TestMigrateSQLite(t *testing.T) {
 }
 
 func TestMigrateNoSchema(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, nil, "migrate", "--url", "mem://")
 	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "keeps no tables") {
 		t.Errorf("mem: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
@@ -63,6 +65,7 @@ func TestMigrateNoSchema(t *testing.T) {
 // TestMigratePostgres creates the tables in a fresh PostgreSQL database
 // with dlock migrate, then checks them there.
 func TestMigratePostgres(t *testing.T) {
+	t.Parallel()
 	srv := testserver.Postgres(t)
 	// The URL of an application that only checks the tables is fine here.
 	r := runDlock(t, nil, "migrate", "--url", srv.TestDSN()+"&table=pg_jobs&migrate=false")
@@ -82,6 +85,7 @@ func TestMigratePostgres(t *testing.T) {
 
 // TestMigrateMariaDB does the same on MariaDB.
 func TestMigrateMariaDB(t *testing.T) {
+	t.Parallel()
 	srv := testserver.MariaDB(t)
 	r := runDlock(t, nil, "migrate", "--url", "mysql://root@"+srv.Addr()+"/test?table=my_jobs")
 	if r.code != 0 || !strings.Contains(r.stdout, "the lock table my_jobs on mysql") {

@@ -13,6 +13,7 @@ import (
 // SQLite file) with no process left: a second dlock run -n is busy until
 // 3s after the first grant, then it is granted.
 func TestRunMinHold(t *testing.T) {
+	t.Parallel()
 	const minHold = 3 * time.Second
 	env := testEnv(t) // one state directory: the same default database
 	began := time.Now()
@@ -47,6 +48,7 @@ func TestRunMinHold(t *testing.T) {
 // TestRunMinHoldNegative: a negative --min-hold is a usage error. (A
 // backend that cannot keep a min-hold refuses it: TestZooKeeperRun.)
 func TestRunMinHoldNegative(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, nil, "run", "--min-hold", "-1s", "--name", "j", "--", "true")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--min-hold -1s is negative") {
 		t.Errorf("--min-hold -1s: exit %d; stderr:\n%s", r.code, r.stderr)

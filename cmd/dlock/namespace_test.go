@@ -13,6 +13,7 @@ import (
 // dlock status shows a namespaced lock with its namespace, apart from the
 // lock of the same-looking name without one (before, they were one lock).
 func TestStatusShowsNamespaces(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	ctx := context.Background()
 	for _, ns := range []string{"app", ""} {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestExitStatusPassthrough(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		script string
 		want   int
@@ -34,6 +35,7 @@ func TestExitStatusPassthrough(t *testing.T) {
 }
 
 func TestChildEnvironmentAndStdio(t *testing.T) {
+	t.Parallel()
 	p := startIn(t, nil, strings.NewReader("hello\n"), "run", "--name", "jobs/nightly", "--",
 		"sh", "-c", `read line; echo "in=$line name=$DLOCK_NAME token=$DLOCK_TOKEN owner=$DLOCK_OWNER url=$DLOCK_URL"; echo err >&2`)
 	r := result{code: p.wait(), stdout: p.stdout.String(), stderr: p.stderr.String()}

@@ -25,6 +25,7 @@ var secretParams = []string{"password", "sslpassword", "sentinel_password", "pas
 // parameter: no error shows the secret. Before, a password given as a
 // parameter was printed in clear (while one before the @ was masked).
 func TestOpenErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
 	closed := opentest.ClosedPort(t)
 	dir := t.TempDir()
 	where := map[string]string{ // the part after scheme://[userinfo@]
@@ -67,6 +68,7 @@ func TestOpenErrorsHideSecrets(t *testing.T) {
 // Before, DLOCK_URL carried the password to the command (and to every
 // process it starts).
 func TestChildURLHasNoSecret(t *testing.T) {
+	t.Parallel()
 	s := testserver.Redis(t)
 	if _, err := s.Do(context.Background(), "CONFIG", "SET", "requirepass", "SECRET0"); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 // A signal sent to dlock reaches the command's whole process group, and
 // dlock exits with the command's status.
 func TestSignalsAreForwarded(t *testing.T) {
+	t.Parallel()
 	// Under nohup the test inherits SIGHUP ignored, and so would dlock
 	// (TestIgnoredSignalsStayIgnored checks that it keeps it so). Catching
 	// SIGHUP here makes the children start with the default disposition.
@@ -86,6 +87,7 @@ while :; do sleep 0.05; done`
 
 // The command runs in a process group of its own.
 func TestCommandHasItsOwnProcessGroup(t *testing.T) {
+	t.Parallel()
 	r := runDlock(t, nil, "run", "--name", "x", "--", "sh", "-c", `ps -o pid= -o pgid= -p $$`)
 	f := strings.Fields(r.stdout)
 	if r.code != 0 || len(f) != 2 {
@@ -102,6 +104,7 @@ func TestCommandHasItsOwnProcessGroup(t *testing.T) {
 // A signal ignored when dlock starts (nohup) stays ignored by dlock and
 // by the command.
 func TestIgnoredSignalsStayIgnored(t *testing.T) {
+	t.Parallel()
 	p := startProg(t, nil, nil, "sh", "-c", `trap "" HUP; exec "$0" "$@"`, dlockBin,
 		"run", "--name", "x", "--", "sh", "-c", `kill -HUP $PPID; kill -HUP $$; sleep 0.2; echo survived`)
 	if code := p.wait(); code != 0 || p.stdout.String() != "survived\n" {

@@ -18,6 +18,7 @@ import (
 // the whole listing with a Scan error, and rows with holds 0 and an
 // owner were not listed.
 func TestStatusForeignData(t *testing.T) {
+	t.Parallel()
 	u := sqliteURL(t)
 	_, owner := holdLock(t, u, "good")
 	pu, err := url.Parse(u)

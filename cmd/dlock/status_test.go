@@ -10,6 +10,7 @@ import (
 )
 
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	url := sqliteURL(t)
 	r := runDlock(t, nil, "status", "--url", url)
 	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "no locks held on sqlite") {
@@ -65,6 +66,7 @@ func TestStatus(t *testing.T) {
 // when the backend cannot see them all (sqlite does not register waiters
 // that are not fair), "N+?" with N fair waiters queued. It showed 0.
 func TestStatusWaiters(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		fair bool
 		want string

@@ -12,6 +12,7 @@ import (
 // quoting the holder it saw before the store died: a caller that skips its
 // work on 3 must not skip it because the store is down.
 func TestWaitOnAStoreThatDiedExits5(t *testing.T) {
+	t.Parallel()
 	srv := testserver.Redis(t)
 	url := "redis://" + srv.Addr()
 	holdLock(t, url, "dies")

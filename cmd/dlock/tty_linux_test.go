@@ -23,6 +23,11 @@ type terminal struct {
 	master *os.File
 	out    syncBuffer
 	eof    chan struct{}
+	// exited is closed when the one cmd.Wait, started with the command,
+	// has returned waitErr: waitExit and the clean-up both wait on it
+	// (two Waits of one Cmd race).
+	exited  chan struct{}
+	waitErr error
 }
 
 // startOnTerminal starts name with args as the leader of a new session
@@ -53,7 +58,11 @@ func startOnTerminal(t *testing.T, env []string, name string, args ...string) (*
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	term := &terminal{t: t, master: master, eof: make(chan struct{})}
+	term := &terminal{t: t, master: master, eof: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		term.waitErr = cmd.Wait()
+		close(term.exited)
+	}()
 	go func() {
 		defer close(term.eof)
 		buf := make([]byte, 4096)
@@ -67,7 +76,7 @@ func startOnTerminal(t *testing.T, env []string, name string, args ...string) (*
 	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-term.exited
 		master.Close()
 	})
 	return term, cmd
@@ -109,12 +118,10 @@ func (term *terminal) send(s string) {
 // waitExit waits for cmd and returns its exit code.
 func waitExit(t *testing.T, cmd *exec.Cmd, term *terminal) int {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
+	case <-term.exited:
 		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
+		if err := term.waitErr; err != nil && !errors.As(err, &ee) {
 			t.Fatal(err)
 		}
 		return cmd.ProcessState.ExitCode()
@@ -128,6 +135,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, term *terminal) int {
 // the process that ran dlock (here a shell without job control, which would
 // be stopped reading it otherwise).
 func TestTerminalForeground(t *testing.T) {
+	t.Parallel()
 	term, cmd := startOnTerminal(t, testEnv(t), "sh", "-c",
 		`"$0" run --name x -- sh -c 'echo "$((6*7))ready"; read line; echo "got:$line"'; echo "dlock:$?"; read x; echo "after:$x"`,
 		dlockBin)
@@ -145,6 +153,7 @@ func TestTerminalForeground(t *testing.T) {
 
 // Ctrl-C on the terminal interrupts the command; dlock exits 130.
 func TestTerminalInterrupt(t *testing.T) {
+	t.Parallel()
 	term, cmd := startOnTerminal(t, testEnv(t), dlockBin, "run", "--name", "x", "--",
 		"sh", "-c", `echo "$((6*7))ready"; sleep 30`)
 	var at int
@@ -158,6 +167,7 @@ func TestTerminalInterrupt(t *testing.T) {
 // In an interactive shell, Ctrl-Z stops the job (dlock and the command),
 // fg continues it with the terminal, and the command can read it again.
 func TestTerminalSuspendAndResume(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}

@@ -20,6 +20,7 @@ import (
 // (a), (b) or (c), and its faults must have happened. Longer runs: see
 // dlock help verify.
 func TestVerifyBackends(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		url  func(t *testing.T) string
@@ -66,6 +67,7 @@ func TestVerifyBackends(t *testing.T) {
 // clients) for longer than the session or lease while locks are held;
 // the promise holds. Afterwards no namespace or bridge of the run is left.
 func TestVerifyLocalServerCut(t *testing.T) {
+	t.Parallel()
 	if err := testserver.CanIsolate(); err != nil {
 		t.Skipf("server-cut is not applicable here: %v", err)
 	}

@@ -43,6 +43,7 @@ func readVerifyResult(t *testing.T, out string) verifyResult {
 // TestVerifySQLite: pause and kill faults on the embedded default find no
 // violation, and the faults did happen.
 func TestVerifySQLite(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	r := runDlock(t, nil, "verify", "--url", sqliteURL(t), "--out", out, "--duration", "6s", "--ttl", "400ms", "--seed", "7")
 	if r.code != 0 {
@@ -63,6 +64,7 @@ func TestVerifySQLite(t *testing.T) {
 // with a lock that is no lock must fail, with the violations it should
 // find.
 func TestVerifyMutations(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mutate string
 		want   string // the violation that must be there
@@ -91,6 +93,7 @@ func TestVerifyMutations(t *testing.T) {
 // as outside the assumptions, not as a failure; within the Drift there are
 // none.
 func TestVerifySkew(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		skew    string
 		outside bool
@@ -111,6 +114,7 @@ func TestVerifySkew(t *testing.T) {
 }
 
 func TestVerifyBadInput(t *testing.T) {
+	t.Parallel()
 	full := t.TempDir()
 	os.WriteFile(filepath.Join(full, "x"), nil, 0o644)
 	for _, tc := range []struct {
@@ -143,6 +147,7 @@ func TestVerifyBadInput(t *testing.T) {
 // backend's assumptions, and the run labels what that fault caused instead
 // of failing. The server is gone afterwards.
 func TestVerifyLocalRedis(t *testing.T) {
+	t.Parallel()
 	testserver.Require(t, testserver.KindRedis)
 	out := filepath.Join(t.TempDir(), "out")
 	r := runDlock(t, nil, "verify", "--local", "redis", "--out", out, "--duration", "8s", "--ttl", "500ms",
@@ -172,6 +177,7 @@ func TestVerifyLocalRedis(t *testing.T) {
 // TestVerifyInterrupted: SIGINT in the middle of a run stops every worker
 // and writes the report of what ran.
 func TestVerifyInterrupted(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	p := start(t, nil, "verify", "--url", sqliteURL(t), "--out", out, "--duration", "60s", "--ttl", "300ms", "--faults", "pause")
 	waitStderr(t, p, "verify: 2s of")
@@ -214,6 +220,7 @@ func workerPIDs(t *testing.T, pid int) []int {
 // TestVerifyMatrix: --matrix runs each kind × fault fenced and unfenced and
 // writes the table, which names the command and every cell.
 func TestVerifyMatrix(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	table := filepath.Join(dir, "VERIFICATION.md")
 	r := runDlock(t, nil, "verify", "--matrix", "--local", "sqlite", "--faults", "pause,kill", "--duration", "3s",
@@ -236,6 +243,7 @@ func TestVerifyMatrix(t *testing.T) {
 // of their own (the broken-lock mutation) break its invariant, and the run
 // says so: the per-kind checks can fail on a real run.
 func TestVerifyKindsBrokenLock(t *testing.T) {
+	t.Parallel()
 	for _, kind := range [][]string{{"semaphore", "--limit", "2"}, {"rw"}, {"election"}} {
 		t.Run(kind[0], func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
@@ -258,6 +266,7 @@ func TestVerifyKindsBrokenLock(t *testing.T) {
 // refuses read-write locks for good (majority quorums cannot bound a count
 // above 1).
 func TestVerifyKindRefused(t *testing.T) {
+	t.Parallel()
 	testserver.Require(t, testserver.KindRedis)
 	out := filepath.Join(t.TempDir(), "out")
 	r := runDlock(t, nil, "verify", "--local", "redlock", "--kind", "rw", "--out", out, "--duration", "3s")

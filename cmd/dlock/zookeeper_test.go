@@ -19,6 +19,7 @@ import (
 // (30s), which is what a dead holder cost before. The command still gets
 // the user's URL in DLOCK_URL, without the session_timeout dlock added.
 func TestZooKeeperKilledHolderFreesAtTTL(t *testing.T) {
+	t.Parallel()
 	u := "zk://" + testserver.ZooKeeper(t).Addr()
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
@@ -49,6 +50,7 @@ func TestZooKeeperKilledHolderFreesAtTTL(t *testing.T) {
 // --min-hold, which needs a lock that outlives its client, is refused with
 // exit 2.
 func TestZooKeeperSessionRefusals(t *testing.T) {
+	t.Parallel()
 	u := "zk://" + testserver.ZooKeeper(t, testserver.WithZooConfig("minSessionTimeout", "5000")).Addr()
 	r := runDlock(t, nil, "run", "--url", u, "--ttl", "3s", "--name", "short", "--", "sh", "-c", "echo ran")
 	if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "--ttl 3s is below the shortest session timeout") ||
