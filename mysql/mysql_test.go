@@ -39,8 +39,12 @@ const variantGrants = 50
 
 func TestConformance(t *testing.T) {
 	srv := testserver.MariaDB(t)
+	// One item at a time: with items side by side, weighted items on
+	// MariaDB stalled for innodb_lock_wait_timeout (50 s) behind a
+	// transaction that held every fence row (seen once under load 14, not
+	// reproduced since); serial until that is understood.
 	dlocktest.Run(t, openFactory(srv.DSN()), foreign(t, srv.DSN(), "dlock_locks"),
-		reclaim(t, srv.DSN(), "dlock_locks"))
+		reclaim(t, srv.DSN(), "dlock_locks"), dlocktest.Parallel(1))
 }
 
 // reclaim is the suite's hook to force a sweep of the lease table table

@@ -61,16 +61,27 @@ func TestBenchDefault(t *testing.T) {
 	if !strings.HasPrefix(rep.URL, "sqlite://") || rep.Fair || rep.StoreCount != "" {
 		t.Errorf("report of %s, fair %v, store count %q; want the default SQLite file, not fair, no store count", rep.URL, rep.Fair, rep.StoreCount)
 	}
-	checkResults(t, rep, "uncontended", "distinct", "contended8", "herd10", "held100")
-	// SQLite grants mutexes only: the read-write workload is skipped, with
-	// the reason, and the run still succeeds.
-	if len(rep.Skipped) != 1 || rep.Skipped[0].Workload != "rw90" || !strings.Contains(rep.Skipped[0].Reason, "read-write lock") {
-		t.Errorf("skipped %+v; want rw90, saying why", rep.Skipped)
+	// SQLite's lease tables grant read-write locks: nothing is skipped.
+	checkResults(t, rep, "uncontended", "distinct", "contended8", "rw90", "herd10", "held100")
+	if len(rep.Skipped) != 0 {
+		t.Errorf("skipped %+v on SQLite, which grants every workload's kind", rep.Skipped)
 	}
 	for _, r := range rep.Results {
 		if _, ok := r.Metrics["store-req/op"]; ok {
 			t.Errorf("%s: store-req/op on SQLite, which does not count its statements", r.Workload)
 		}
+	}
+}
+
+// TestBenchSkipsARefusedKind: Redlock refuses read-write locks, so dlock
+// bench skips rw90 there, saying why, and the run still succeeds.
+func TestBenchSkipsARefusedKind(t *testing.T) {
+	t.Parallel()
+	u := "redlock://" + testserver.Redis(t).Addr()
+	rep := runBenchJSON(t, "--url", u, "--workloads", "uncontended,rw90")
+	checkResults(t, rep, "uncontended")
+	if len(rep.Skipped) != 1 || rep.Skipped[0].Workload != "rw90" || !strings.Contains(rep.Skipped[0].Reason, "read-write lock") {
+		t.Errorf("skipped %+v; want rw90, saying why", rep.Skipped)
 	}
 }
 
