@@ -28,6 +28,7 @@ type Backend struct {
 	wire   *wire           // nil with New
 	cfg    config
 	desc   string
+	base   time.Time // the monotonic origin of the holds' expiries (see instant)
 
 	mu        sync.Mutex
 	sid       int64         // the current session, 0 before the first
@@ -39,8 +40,8 @@ type Backend struct {
 	lostSid   int64         // the session the clock last declared lost ...
 	lostAt    time.Time     // ... for want of an answer since this time
 	changed   chan struct{} // closed and replaced when the session state changes
-	holds     map[*hold]struct{}
-	sweepAt   time.Time // the monitor sweeps again by then (or when kicked)
+	holds     []*hold       // the holds the monitor looks after (see forgetLocked)
+	sweepAt   time.Time     // the monitor sweeps again by then (or when kicked)
 	orphans   []orphan
 	closed    bool
 	onLoss    func(dlock.Hold, error) // the Client's loss handler, see ReportLoss
@@ -64,9 +65,9 @@ func newBackend(cfg config, desc string) *Backend {
 	b := &Backend{
 		cfg:     cfg,
 		desc:    desc,
+		base:    time.Now(),
 		timeout: cfg.sessionTimeout,
 		changed: make(chan struct{}),
-		holds:   make(map[*hold]struct{}),
 		wake:    make(chan struct{}, 1),
 		jobs:    make(chan func()),
 		quit:    make(chan struct{}),
@@ -179,6 +180,10 @@ func New(conn *zk.Conn, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
+// instant returns t as nanoseconds since b.base on the monotonic clock: a
+// hold's expiry in 8 bytes instead of a time.Time's 24.
+func (b *Backend) instant(t time.Time) int64 { return int64(t.Sub(b.base)) }
+
 // Conn returns the backend's ZooKeeper connection.
 func (b *Backend) Conn() *zk.Conn { return b.conn }
 
@@ -222,9 +227,9 @@ func (b *Backend) Close() error {
 	b.closed = true
 	connected := b.connected
 	var until time.Time
-	for h := range b.holds {
-		if !h.done && h.lost == nil && h.expires.After(until) {
-			until = h.expires
+	for _, h := range b.holds {
+		if t := b.base.Add(time.Duration(h.expires)); !h.done && h.lost == nil && t.After(until) {
+			until = t
 		}
 	}
 	b.mu.Unlock()

@@ -46,16 +46,16 @@ func (b *Backend) holdOf(ctx context.Context, h dlock.Hold) (*hold, error) {
 		return nil, lostErr("%q is held by %q with token %d", h.Name, d.Owner, r.stat.Czxid)
 	}
 	sid, _ := b.session()
-	return &hold{path: path, name: h.Name, owner: h.Owner, token: r.stat.Czxid, own: sid != 0 && r.stat.EphemeralOwner == sid, session: sid}, nil
+	return &hold{path: path, owner: h.Owner, token: r.stat.Czxid, session: ownSession(sid, r.stat.EphemeralOwner)}, nil
 }
 
 // overLocked returns why hd can be neither renewed nor released: it was
 // released (as released says), or it is lost. b.mu is held.
 func (hd *hold) overLocked(released string) error {
 	if hd.done {
-		return lostErr("token %d of %q was %s", hd.token, hd.name, released)
+		return lostErr("token %d of %q was %s", hd.token, hd.name(), released)
 	}
-	return hd.lost
+	return hd.lostErr()
 }
 
 // Renew checks that h still holds its lock: its node exists with h's token
@@ -90,7 +90,7 @@ func (b *Backend) renew(ctx context.Context, h dlock.Hold, ttl time.Duration, wa
 	hd.busy++
 	// A watch left earlier stays: a second one on the node would be kept
 	// by go-zookeeper until the node changes.
-	watch = watch && hd.watch == nil && hd.own && hd.session == sid
+	watch = watch && hd.watch == nil && hd.own() && hd.session == sid
 	b.mu.Unlock()
 
 	start := time.Now()
@@ -108,21 +108,21 @@ func (b *Backend) renew(ctx context.Context, h dlock.Hold, ttl time.Duration, wa
 	hd.busy--
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
-		hd.lost = lostErr("the node of token %d of %q was deleted (session ended or lock released)", hd.token, hd.name)
+		hd.lose(lostErr("the node of token %d of %q was deleted (session ended or lock released)", hd.token, hd.name()))
 		hd.done = true
 	case err != nil:
 		return b.unavailable("renew "+hd.path, err)
 	case st.Czxid != hd.token:
-		hd.lost = lostErr("the node of %q has token %d, not %d", hd.name, st.Czxid, hd.token)
+		hd.lose(lostErr("the node of %q has token %d, not %d", hd.name(), st.Czxid, hd.token))
 		hd.done = true
-	case hd.own && (st.EphemeralOwner != hd.session || sid != hd.session):
-		hd.lost = lostErr("the node of token %d of %q belongs to session 0x%x, not to the current session 0x%x", hd.token, hd.name, st.EphemeralOwner, sid)
+	case hd.own() && (st.EphemeralOwner != hd.session || sid != hd.session):
+		hd.lose(lostErr("the node of token %d of %q belongs to session 0x%x, not to the current session 0x%x", hd.token, hd.name(), st.EphemeralOwner, sid))
 	}
 	if hd.lost != nil {
 		b.kick()
-		return hd.lost
+		return hd.lostErr()
 	}
-	hd.expires = start.Add(ttl)
+	hd.expires = b.instant(start.Add(ttl))
 	if ch != nil {
 		hd.watch = ch
 	}
@@ -213,11 +213,11 @@ func (b *Backend) renewQuietLocked(hd *hold, ttl time.Duration, start time.Time,
 	case err != nil:
 		return b.unavailable("renew "+hd.path, err)
 	case hd.session != sid:
-		hd.lost = lostErr("the node of token %d of %q belongs to session 0x%x, not to the current session 0x%x", hd.token, hd.name, hd.session, sid)
+		err := hd.lose(lostErr("the node of token %d of %q belongs to session 0x%x, not to the current session 0x%x", hd.token, hd.name(), hd.session, sid))
 		b.kick()
-		return hd.lost
+		return err
 	}
-	hd.expires = start.Add(ttl)
+	hd.expires = b.instant(start.Add(ttl))
 	return nil
 }
 
@@ -249,7 +249,7 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 		// Forget it here: a pass of the monitor per release made
 		// releasing n holds cost n passes over n holds.
 		hd.done = true
-		delete(b.holds, hd)
+		b.forgetLocked(hd)
 	} else {
 		b.kick()
 	}
@@ -266,7 +266,7 @@ func (b *Backend) releaseNode(ctx context.Context, h *hold) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, zk.ErrNoNode):
-			return lostErr("the node of token %d of %q is gone", h.token, h.name)
+			return lostErr("the node of token %d of %q is gone", h.token, h.name())
 		case !errors.Is(err, zk.ErrBadVersion):
 			return b.unavailable("release "+h.path, err)
 		}
@@ -274,14 +274,14 @@ func (b *Backend) releaseNode(ctx context.Context, h *hold) error {
 	for range 16 {
 		r, err := b.get(ctx, h.path, false)
 		if errors.Is(err, zk.ErrNoNode) {
-			return lostErr("the node of token %d of %q is gone", h.token, h.name)
+			return lostErr("the node of token %d of %q is gone", h.token, h.name())
 		}
 		if err != nil {
 			return b.unavailable("release "+h.path, err)
 		}
 		d := decodeData(r.data)
 		if r.stat.Czxid != h.token || d.Owner != h.owner {
-			return lostErr("the node of %q is not token %d's", h.name, h.token)
+			return lostErr("the node of %q is not token %d's", h.name(), h.token)
 		}
 		if d.Count <= 1 {
 			err = b.del(ctx, h.path, r.stat.Version)
@@ -295,7 +295,7 @@ func (b *Backend) releaseNode(ctx context.Context, h *hold) error {
 		case errors.Is(err, zk.ErrBadVersion):
 			continue
 		case errors.Is(err, zk.ErrNoNode):
-			return lostErr("the node of token %d of %q is gone", h.token, h.name)
+			return lostErr("the node of token %d of %q is gone", h.token, h.name())
 		default:
 			return b.unavailable("release "+h.path, err)
 		}

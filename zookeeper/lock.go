@@ -322,7 +322,7 @@ func (b *Backend) foreign(node, why string) error {
 
 // grant makes the waiter's node the hold.
 func (w *waiter) grant(start time.Time) dlock.Grant {
-	h := &hold{path: w.path, name: w.req.Name, owner: w.req.Owner, token: w.czxid, own: true, session: w.session, fresh: true}
+	h := &hold{path: w.path, owner: w.req.Owner, token: w.czxid, session: w.session, fresh: true}
 	w.b.addHold(h, start.Add(w.req.TTL))
 	w.path = ""
 	return dlock.Grant{Token: uint64(w.czxid), Count: 1, Handle: h}
@@ -340,7 +340,7 @@ func (w *waiter) reenter(ctx context.Context, holder string, st *zk.Stat, d node
 	}
 	w.withdraw(ctx)
 	sid, _ := b.session()
-	h := &hold{path: holder, name: w.req.Name, owner: w.req.Owner, token: st.Czxid, own: sid != 0 && st.EphemeralOwner == sid, session: sid}
+	h := &hold{path: holder, owner: w.req.Owner, token: st.Czxid, session: ownSession(sid, st.EphemeralOwner)}
 	b.addHold(h, start.Add(w.req.TTL))
 	return dlock.Grant{Token: uint64(st.Czxid), Count: d.Count + 1, Handle: h}, nil
 }
@@ -348,11 +348,26 @@ func (w *waiter) reenter(ctx context.Context, holder string, st *zk.Stat, d node
 func (b *Backend) addHold(h *hold, expires time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	h.expires = expires
-	b.holds[h] = struct{}{}
+	h.expires = b.instant(expires)
+	b.holds = append(b.holds, h)
+	h.slot = int32(len(b.holds))
 	if expires.Before(b.sweepAt) {
 		b.kick() // the monitor would sleep past the hold's expiry
 	}
+}
+
+// forgetLocked takes h out of b.holds, if it is there: the last hold
+// moves into its place. b.mu is held.
+func (b *Backend) forgetLocked(h *hold) {
+	if h.slot == 0 {
+		return
+	}
+	i, last := int(h.slot-1), len(b.holds)-1
+	b.holds[i] = b.holds[last]
+	b.holds[i].slot = int32(i + 1)
+	b.holds[last] = nil
+	b.holds = b.holds[:last]
+	h.slot = 0
 }
 
 // withdraw deletes the waiter's node, or leaves it to the monitor when that

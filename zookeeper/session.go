@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -30,21 +31,62 @@ import (
 // a hold that its lease stopped renewing for longer than its TTL.
 
 // hold is the backend's state of one grant; it is the Grant's Handle.
+//
+// A Client holding many leases keeps one per lease, so it is kept small
+// (80 bytes): the lock name is derived from path when a message needs it,
+// the expiry is an offset on the backend's monotonic clock, the rare
+// cause of a loss sits behind a pointer, and the backend finds it in a
+// slice (Backend.holds) rather than a map.
 type hold struct {
 	path    string
-	name    string // the lock name, for messages
 	owner   string
 	token   int64 // the node's czxid
-	own     bool  // the node is in this backend's session
-	session int64 // that session, when own
-	fresh   bool  // own node granted at data version 0 with count 1
+	session int64 // the node's session when it is this backend's (see own), else 0
 
 	// Guarded by Backend.mu.
-	expires time.Time       // release unless renewed by then (start of the last renewal + TTL)
+	expires int64           // release unless renewed by then (start of the last renewal + TTL), as Backend.instant
 	watch   <-chan zk.Event // the node's watch, left by its last renewal in a batch; nil if none
-	busy    int             // renewals and releases in flight
-	lost    error           // why the hold is lost, nil while valid
+	lost    *error          // why the hold is lost, nil while valid (see lostErr and lose)
+	slot    int32           // 1 + the hold's index in Backend.holds; 0 when not there
+	busy    int16           // renewals and releases in flight (a few at most)
+	fresh   bool            // own node granted at data version 0 with count 1 (set once)
 	done    bool            // released, or lost and cleaned up
+}
+
+// own reports whether hd's node is in this backend's session (an
+// ephemeral node's owner is never session 0).
+func (hd *hold) own() bool { return hd.session != 0 }
+
+// ownSession returns the session of a hold on a node whose ephemeral
+// owner is eo, sid being the backend's session: sid when they match, else
+// 0 (a node of another session: see hold.own).
+func ownSession(sid, eo int64) int64 {
+	if sid != 0 && eo == sid {
+		return sid
+	}
+	return 0
+}
+
+// name returns the name of hd's lock, for messages: the node's parent is
+// the escaped name.
+func (hd *hold) name() string {
+	parent := hd.path[:max(strings.LastIndexByte(hd.path, '/'), 0)]
+	name, _ := unescape(parent[strings.LastIndexByte(parent, '/')+1:])
+	return name
+}
+
+// lostErr returns why hd is lost, or nil. Backend.mu is held.
+func (hd *hold) lostErr() error {
+	if hd.lost == nil {
+		return nil
+	}
+	return *hd.lost
+}
+
+// lose records err as why hd is lost and returns it. Backend.mu is held.
+func (hd *hold) lose(err error) error {
+	hd.lost = &err
+	return err
 }
 
 // orphan is a node of this session that nobody uses any more: a waiter
@@ -135,12 +177,12 @@ func (b *Backend) loseLocked(sid int64, cause string) {
 		return
 	}
 	n := 0
-	for h := range b.holds {
-		if h.own && h.session == sid && h.lost == nil && !h.done {
-			h.lost = lostErr("%s (session 0x%x)", cause, sid)
+	for _, h := range b.holds {
+		if h.own() && h.session == sid && h.lost == nil && !h.done {
+			err := h.lose(lostErr("%s (session 0x%x)", cause, sid))
 			n++
 			if b.onLoss != nil {
-				b.onLoss(dlock.Hold{Name: h.name, Owner: h.owner, Token: uint64(h.token), Handle: h}, h.lost)
+				b.onLoss(dlock.Hold{Name: h.name(), Owner: h.owner, Token: uint64(h.token), Handle: h}, err)
 			}
 		}
 	}
@@ -254,6 +296,7 @@ const pollInterval = 50 * time.Millisecond
 // before the next.
 func (b *Backend) sweep() time.Duration {
 	now := time.Now()
+	nowAt := b.instant(now)
 	next := time.Hour
 	if b.wire == nil {
 		next = pollInterval
@@ -276,28 +319,31 @@ func (b *Backend) sweep() time.Duration {
 			}
 		}
 	}
-	for h := range b.holds {
+	// Backwards, so that forgetting a hold (which moves the last one into
+	// its place) skips none.
+	for i := len(b.holds) - 1; i >= 0; i-- {
+		h := b.holds[i]
 		switch {
 		case h.done:
-			delete(b.holds, h)
+			b.forgetLocked(h)
 		case h.busy > 0:
 		case h.lost != nil:
-			if !h.own || h.session != b.sid {
+			if !h.own() || h.session != b.sid {
 				// The node is in someone else's session, or its
 				// session is gone and the node with it.
 				h.done = true
-				delete(b.holds, h)
+				b.forgetLocked(h)
 			} else if b.connected {
 				h.busy++
 				jobs = append(jobs, func(ctx context.Context) error { return b.dropLost(ctx, h) })
 			}
-		case !now.Before(h.expires):
+		case nowAt >= h.expires:
 			if b.connected {
 				h.busy++
 				jobs = append(jobs, func(ctx context.Context) error { return b.releaseAbandoned(ctx, h) })
 			}
 		default:
-			next = min(next, max(h.expires.Sub(now), abandonSlack))
+			next = min(next, max(time.Duration(h.expires-nowAt), abandonSlack))
 		}
 	}
 	keep := b.orphans[:0]
@@ -355,7 +401,7 @@ func (b *Backend) releaseAbandoned(ctx context.Context, h *hold) error {
 	if err == nil || errors.Is(err, dlock.ErrLeaseLost) {
 		h.done = true
 		if err == nil {
-			b.cfg.logger.Debug("dlock: zookeeper: released a hold not renewed within its TTL", "lock", h.name, "backend", b.desc, "token", h.token)
+			b.cfg.logger.Debug("dlock: zookeeper: released a hold not renewed within its TTL", "lock", h.name(), "backend", b.desc, "token", h.token)
 		}
 		return nil
 	}

@@ -322,7 +322,7 @@ func (w *wwaiter) reenter(ctx context.Context, k *kid, start time.Time) (dlock.G
 	delete(w.seen, k.name)
 	w.withdraw(ctx)
 	sid, _ := b.session()
-	h := &hold{path: path, name: w.req.Name, owner: w.req.Owner, token: k.stat.Czxid, own: sid != 0 && k.stat.EphemeralOwner == sid, session: sid}
+	h := &hold{path: path, owner: w.req.Owner, token: k.stat.Czxid, session: ownSession(sid, k.stat.EphemeralOwner)}
 	b.addHold(h, start.Add(w.req.TTL))
 	return dlock.Grant{Token: uint64(k.stat.Czxid), Count: d.Count, Handle: h}, nil
 }
@@ -338,7 +338,7 @@ func (w *wwaiter) grant(ctx context.Context, start time.Time, touch bool) dlock.
 		w.b.set(ctx, w.path, nodeBytes(w.req), 0)
 		fresh = false // the release reads the data version
 	}
-	h := &hold{path: w.path, name: w.req.Name, owner: w.req.Owner, token: w.czxid, own: true, session: w.session, fresh: fresh}
+	h := &hold{path: w.path, owner: w.req.Owner, token: w.czxid, session: w.session, fresh: fresh}
 	w.b.addHold(h, start.Add(w.req.TTL))
 	w.path = ""
 	return dlock.Grant{Token: uint64(w.czxid), Count: 1, Handle: h}
@@ -519,7 +519,7 @@ func (b *Backend) weightedHoldOf(ctx context.Context, h dlock.Hold) (*hold, erro
 		}
 		if uint64(res[i].stat.Czxid) == h.Token && decodeData(res[i].data).Owner == h.Owner {
 			sid, _ := b.session()
-			return &hold{path: paths[i], name: h.Name, owner: h.Owner, token: res[i].stat.Czxid, own: sid != 0 && res[i].stat.EphemeralOwner == sid, session: sid}, nil
+			return &hold{path: paths[i], owner: h.Owner, token: res[i].stat.Czxid, session: ownSession(sid, res[i].stat.EphemeralOwner)}, nil
 		}
 	}
 	return nil, lostErr("token %d no longer holds %q", h.Token, h.Name)
@@ -555,7 +555,7 @@ func (b *Backend) rewrite(ctx context.Context, h dlock.Hold, what string, edit f
 		r, err := b.get(ctx, hd.path, false)
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
-			return lostErr("the node of token %d of %q is gone", hd.token, hd.name)
+			return lostErr("the node of token %d of %q is gone", hd.token, hd.name())
 		case err != nil:
 			return b.unavailable(what+" "+hd.path, err)
 		}
@@ -565,7 +565,7 @@ func (b *Backend) rewrite(ctx context.Context, h dlock.Hold, what string, edit f
 		}
 		switch {
 		case r.stat.Czxid != hd.token || d.Owner != hd.owner:
-			return lostErr("the node of %q is not token %d's", hd.name, hd.token)
+			return lostErr("the node of %q is not token %d's", hd.name(), hd.token)
 		case bad != "":
 			return b.foreign(hd.path, bad)
 		}
@@ -579,7 +579,7 @@ func (b *Backend) rewrite(ctx context.Context, h dlock.Hold, what string, edit f
 		case errors.Is(err, zk.ErrBadVersion):
 			continue
 		case errors.Is(err, zk.ErrNoNode):
-			return lostErr("the node of token %d of %q is gone", hd.token, hd.name)
+			return lostErr("the node of token %d of %q is gone", hd.token, hd.name())
 		default:
 			return b.unavailable(what+" "+hd.path, err)
 		}
