@@ -191,7 +191,33 @@ func dlockMain(args []string, e *env) int {
 	if !c.args && fs.NArg() > 0 {
 		return usageError(e, c, "unexpected arguments %q", fs.Args())
 	}
-	return c.run(context.Background(), e, opts, fs.Args())
+	rest, err := flagsAfterName(c, fs)
+	if err != nil {
+		return usageError(e, c, "%v", err)
+	}
+	return c.run(context.Background(), e, opts, rest)
+}
+
+// flagsAfterName parses the flags that follow the first argument, the
+// name, as in `dlock elect NAME --value V -- CMD` or `dlock leader NAME
+// --watch`, and returns the arguments left, with a "--" that ended the
+// flags kept. dlock run is left alone: like flock(1), which stops at the
+// first argument that is not an option, what follows its NAME is the
+// command (only flock's -c has a place there, which run handles).
+func flagsAfterName(c *command, fs *flag.FlagSet) ([]string, error) {
+	rest := fs.Args()
+	if c.name == "run" || len(rest) < 2 || rest[0] == "--" || !strings.HasPrefix(rest[1], "-") || rest[1] == "--" || rest[1] == "-" {
+		return rest, nil
+	}
+	after := rest[1:]
+	if err := fs.Parse(after); err != nil {
+		return nil, err
+	}
+	out := []string{rest[0]}
+	if n := len(after) - fs.NArg(); n > 0 && after[n-1] == "--" {
+		out = append(out, "--")
+	}
+	return append(out, fs.Args()...), nil
 }
 
 // usageError reports a usage error of command c and returns exitUsage.
