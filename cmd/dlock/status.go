@@ -204,7 +204,11 @@ func printTable(w io.Writer, infos []dlock.LockInfo) error {
 		}
 		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s", nameCell(in), cell(in.Owner), in.Token, kindName(in.Kind), weightCell(in), in.Count, expires, waiters)
 		if values {
-			row += "\t" + cell(in.Value)
+			v := "-" // not an election, or no value
+			if in.Value != "" {
+				v = cell(in.Value)
+			}
+			row += "\t" + v
 		}
 		if in.Bad != "" {
 			// The last column: spaces keep the others aligned.
