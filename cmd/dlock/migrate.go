@@ -30,9 +30,12 @@ Create the tables the backend keeps its locks in, if they do not exist, and
 check those that do. The SQL backends (sqlite, postgres, mysql) also do this
 on first use; run it ahead of time to create them as a user with the rights
 to, or to check a deployment. The table is the URL's ?table= (default
-dlock_locks), with its waiters table TABLE_waiters beside it, and on
-PostgreSQL its listeners table TABLE_listeners (one row per connection that
-LISTENs for releases) and the trigger that notifies them; a ?migrate=false
+dlock_locks), with its waiters table TABLE_waiters, its fence table
+TABLE_fence and the holders table of semaphores, read-write locks and
+elections TABLE_holders beside it, and on PostgreSQL its listeners table
+TABLE_listeners (one row per connection that LISTENs for releases), its
+watchers table TABLE_watchers (one row per watch) and the triggers that
+notify them; a ?migrate=false
 in the URL (which makes applications only check the tables) is ignored
 here. It is safe to run from several places at once. Backends that keep no
 schema (redis, redlock, zookeeper, etcd, mem) have nothing to create: it

@@ -78,7 +78,7 @@ func TestMigratePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(rows) != "[[pg_jobs] [pg_jobs_fence] [pg_jobs_holders] [pg_jobs_listeners] [pg_jobs_waiters]]" {
+	if fmt.Sprint(rows) != "[[pg_jobs] [pg_jobs_fence] [pg_jobs_holders] [pg_jobs_listeners] [pg_jobs_waiters] [pg_jobs_watchers]]" {
 		t.Errorf("tables after migrate: %v", rows)
 	}
 }
