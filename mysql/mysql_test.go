@@ -82,7 +82,7 @@ func TestConformanceDB(t *testing.T) {
 		// The per-item leak check would count the watcher goroutine of
 		// each of the caller's pooled connections; TestMain checks for
 		// leaks once db is closed.
-	}, dlocktest.NoLeakCheck(), dlocktest.Grants(variantGrants))
+	}, dlocktest.NoLeakCheck(), dlocktest.Grants(variantGrants), dlocktest.Parallel(1))
 	if err := db.PingContext(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestSessionConformance(t *testing.T) {
 	srv := testserver.MariaDB(t, testserver.WithArgs("--max-connections=300"))
 	dlocktest.Run(t, sessionFactory(srv.DSN(), mysql.Table("sess_locks")), dlocktest.Names(sessionNames),
 		foreign(t, srv.DSN(), "sess_locks"),
-		reclaim(t, srv.DSN(), "sess_locks"))
+		reclaim(t, srv.DSN(), "sess_locks"), dlocktest.Parallel(1)) // one at a time: see TestConformance
 }
 
 func sessionClient(t *testing.T, dsn string) *dlock.Client {
@@ -134,7 +134,7 @@ func TestSessionConformanceDB(t *testing.T) {
 		// The per-item leak check would count the watcher goroutine of
 		// each of the caller's pooled connections; TestMain checks for
 		// leaks once db is closed.
-	}, dlocktest.Names(sessionNames), dlocktest.NoLeakCheck(), dlocktest.Grants(variantGrants))
+	}, dlocktest.Names(sessionNames), dlocktest.NoLeakCheck(), dlocktest.Grants(variantGrants), dlocktest.Parallel(1))
 	// Every user lock went with its hold (the metadata_lock_info plugin,
 	// shipped with MariaDB, lists the user locks of all connections).
 	ctx := context.Background()
