@@ -2,7 +2,7 @@ module github.com/dlock-dev/dlock/cmd/dlock
 
 go 1.26.0
 
-require github.com/dlock-dev/dlock v0.0.0-20261129024853-3c2c63cb6d87
+require github.com/dlock-dev/dlock v0.0.0-20261129030021-22e7fc30be6f
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
