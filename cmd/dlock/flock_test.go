@@ -142,6 +142,11 @@ func TestHoldAndForceRelease(t *testing.T) {
 	u := sqliteURL(t)
 	h := start(t, nil, "hold", "--url", u, "stuck")
 	waitStderr(t, h, "holding lock")
+	// The token goes to stdout, a pipe read apart from stderr's: wait for
+	// its line too.
+	for deadline := time.Now().Add(30 * time.Second); !strings.HasSuffix(h.stdout.String(), "\n") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	tok, err := strconv.ParseUint(strings.TrimSpace(h.stdout.String()), 10, 64)
 	if err != nil {
 		t.Fatalf("hold printed %q, want a token", h.stdout.String())
