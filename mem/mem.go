@@ -648,28 +648,28 @@ func (b *Backend) CanGrant(kind dlock.Kind, limit int) error { return nil }
 // Downgrade lowers the weight of a hold in place (a writer becoming a
 // reader) and wakes the first waiter, which may now fit.
 func (b *Backend) Downgrade(ctx context.Context, h dlock.Hold, weight int) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s := b.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	hd, err := s.owned(h, time.Now())
-	if err != nil {
-		return err
-	}
-	if weight < 1 || weight > hd.weight {
-		return fmt.Errorf("holds %d, asks %d: %w", hd.weight, weight, dlock.ErrUpgrade)
-	}
-	hd.l.used -= hd.weight - weight
-	hd.weight = weight
-	hd.l.wakeFirst()
-	s.changed(h.Name)
-	return nil
+	return b.change(ctx, h, func(hd *hold) error {
+		if weight < 1 || weight > hd.weight {
+			return fmt.Errorf("holds %d, asks %d: %w", hd.weight, weight, dlock.ErrUpgrade)
+		}
+		hd.l.used -= hd.weight - weight
+		hd.weight = weight
+		hd.l.wakeFirst()
+		return nil
+	})
 }
 
 // Proclaim replaces the value of a hold and signals the name's watchers.
 func (b *Backend) Proclaim(ctx context.Context, h dlock.Hold, value string) error {
+	return b.change(ctx, h, func(hd *hold) error {
+		hd.value = value
+		return nil
+	})
+}
+
+// change applies f to the hold h names, if it is still held, in one
+// critical section, and signals the name's watchers when f succeeds.
+func (b *Backend) change(ctx context.Context, h dlock.Hold, f func(*hold) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -680,7 +680,9 @@ func (b *Backend) Proclaim(ctx context.Context, h dlock.Hold, value string) erro
 	if err != nil {
 		return err
 	}
-	hd.value = value
+	if err := f(hd); err != nil {
+		return err
+	}
 	s.changed(h.Name)
 	return nil
 }
