@@ -7,17 +7,22 @@
 //
 //	cd bench && go test -run XXX -bench . -benchtime 2000x
 //
-// # Semaphores and read-write locks
+// # Semaphores, read-write locks and elections
 //
-// dlock's backends that keep them (Redis, etcd, ZooKeeper; the SQL
-// backends skip them until they do) also run Semaphore4x16, a semaphore of
-// 4 with 16 contenders, and RW90, a read-write lock with one write in ten
-// among 16 contenders (see weighted_test.go), with store-req/grant. The
-// Go peers that have these primitives run them beside dlock: etcd's
-// recipes RWMutex (Etcd/recipe.RWMutex/RW90); BenchmarkInProcess runs the
-// ceiling, x/sync's semaphore.Weighted and sync.RWMutex in one process:
+// dlock's backends that keep them (all but Redlock; PostgreSQL and MariaDB
+// in session mode keep only what their advisory locks can) also run
+// Semaphore4x16, a semaphore of 4 with 16 contenders, and RW90, a
+// read-write lock with one write in ten among 16 contenders (see
+// weighted_test.go), with store-req/grant, and Election, leadership handed
+// between two candidates with an observer on a third connection
+// (dlocktest.BenchElections: handover and observe latency,
+// store-req/handover). The Go peers that have these primitives run them
+// beside dlock: etcd's recipes RWMutex (Etcd/recipe.RWMutex/RW90) and
+// concurrency.Election (Etcd/concurrency.Election/Election);
+// BenchmarkInProcess runs the ceiling, x/sync's semaphore.Weighted and
+// sync.RWMutex in one process:
 //
-//	cd bench && go test -run XXX -bench '(Redis|Etcd|ZooKeeper|InProcess)/.*/(Semaphore4x16|RW90)$' -benchtime 2000x
+//	cd bench && go test -run XXX -bench '(Redis|Etcd|ZooKeeper|InProcess)/.*/(Semaphore4x16|RW90|Election)$' -benchtime 2000x
 //
 // # Scale
 //

@@ -38,7 +38,9 @@ import (
 // Held workloads (see [scale]); their store-req counts are reqs as above.
 // dlock also runs the weighted kinds' workloads (Semaphore4x16 and RW90,
 // see [weighted]), and etcd's recipes RWMutex runs RW90 beside it
-// (recipe.RWMutex/RW90: etcd has no semaphore).
+// (recipe.RWMutex/RW90: etcd has no semaphore), and the election workload
+// (Election, see dlocktest.BenchElectorate) beside etcd's
+// concurrency.Election (concurrency.Election/Election).
 //
 //	cd bench && go test -run XXX -bench Etcd -benchtime 2000x
 func BenchmarkEtcd(b *testing.B) {
@@ -79,6 +81,10 @@ func BenchmarkEtcd(b *testing.B) {
 		})
 	}
 	b.Run("recipe.RWMutex", func(b *testing.B) { benchEtcdRecipe(b, endpoints) })
+	b.Run("concurrency.Election", func(b *testing.B) {
+		ct := &etcdCounter{}
+		dlocktest.BenchElectorate(b, &etcdElectorate{etcdElections{ct}, endpoints, rawClient(b, endpoints)}, dlocktest.StoreRequests(ct.reqs.Load))
+	})
 }
 
 // etcdCounter counts the gRPC requests a client sends and the watch

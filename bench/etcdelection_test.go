@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-dev/dlock"
+	"github.com/dlock-dev/dlock/dlocktest"
 	"github.com/dlock-dev/dlock/etcd"
 	"github.com/dlock-dev/dlock/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,13 +20,10 @@ import (
 // BenchmarkEtcdElection compares dlock's Election on the etcd backend with
 // etcd's own concurrency.Election, on one etcd server (ETCD_ADDR, or one
 // started for the run with etcd's default timeouts), every candidate and
-// observer on its own connection. Metrics, p50 and p99 in µs:
+// observer on its own connection. (The hand-over on Resign is
+// BenchmarkEtcd's Election workload, which benchdoc runs.) Metrics, p50
+// and p99 in µs:
 //
-//   - Resign: two candidates take turns; while one leads the other
-//     campaigns (its key is queued before the clock starts). handover is
-//     from the leader's Resign call to the return of the other's Campaign;
-//     observe is from that Resign call to the delivery of the new
-//     leader's value to an observer on a third connection.
 //   - Proclaim: the leader publishes a new value; observe is from the
 //     Proclaim call to the value's delivery to the observer, and
 //     observe-after from the return of Proclaim (the change is in the
@@ -40,7 +37,7 @@ import (
 //
 // It is not one of BenchmarkEtcd's workloads (benchdoc does not run it).
 //
-//	cd bench && go test -run XXX -bench 'EtcdElection/.*/(Resign|Proclaim)' -benchtime 500x
+//	cd bench && go test -run XXX -bench 'EtcdElection/.*/Proclaim' -benchtime 500x
 //	cd bench && go test -run XXX -bench 'EtcdElection/.*/Kill' -benchtime 20x
 func BenchmarkEtcdElection(b *testing.B) {
 	addr := os.Getenv("ETCD_ADDR")
@@ -50,7 +47,6 @@ func BenchmarkEtcdElection(b *testing.B) {
 	endpoints := []string{"http://" + addr}
 	for _, lib := range []electionLib{dlockElections{}, etcdElections{}} {
 		b.Run(lib.String(), func(b *testing.B) {
-			b.Run("Resign", func(b *testing.B) { electionResign(b, lib, endpoints) })
 			b.Run("Proclaim", func(b *testing.B) { electionProclaim(b, lib, endpoints) })
 			b.Run("Kill", func(b *testing.B) { electionKill(b, lib, addr, endpoints) })
 		})
@@ -135,12 +131,18 @@ func (l dlockElections) observe(b *testing.B, ctx context.Context, endpoints []s
 
 func (dlockElections) keys(name string) string { return "dlockbench/" + name + "/" }
 
-type etcdElections struct{}
+// etcdElections makes etcd's concurrency.Election candidates and
+// observers, their requests counted by ct if set.
+type etcdElections struct{ ct *etcdCounter }
 
 func (etcdElections) String() string { return "concurrency.Election" }
 
-func (etcdElections) session(b *testing.B, endpoints []string, ttl int) (*clientv3.Client, *concurrency.Session) {
-	cli, err := clientv3.New(etcdConfig(endpoints, &etcdCounter{}))
+func (l etcdElections) session(b *testing.B, endpoints []string, ttl int) (*clientv3.Client, *concurrency.Session) {
+	ct := l.ct
+	if ct == nil {
+		ct = &etcdCounter{}
+	}
+	cli, err := clientv3.New(etcdConfig(endpoints, ct))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -190,49 +192,6 @@ func (l etcdElections) observe(b *testing.B, ctx context.Context, endpoints []st
 
 func (etcdElections) keys(name string) string { return "/etcdelection/" + name + "/" }
 
-// arrivals records when an observer delivered each value.
-type arrivals struct {
-	mu   sync.Mutex
-	at   map[string]time.Time
-	cond chan struct{} // closed and replaced on each arrival
-}
-
-func watchArrivals(ch <-chan string) *arrivals {
-	a := &arrivals{at: make(map[string]time.Time), cond: make(chan struct{})}
-	go func() {
-		for v := range ch {
-			now := time.Now()
-			a.mu.Lock()
-			if _, ok := a.at[v]; !ok {
-				a.at[v] = now
-			}
-			close(a.cond)
-			a.cond = make(chan struct{})
-			a.mu.Unlock()
-		}
-	}()
-	return a
-}
-
-// wait returns when v was delivered.
-func (a *arrivals) wait(b *testing.B, v string) time.Time {
-	deadline := time.After(time.Minute)
-	for {
-		a.mu.Lock()
-		t, ok := a.at[v]
-		c := a.cond
-		a.mu.Unlock()
-		if ok {
-			return t
-		}
-		select {
-		case <-c:
-		case <-deadline:
-			b.Fatalf("the observer never delivered %q", v)
-		}
-	}
-}
-
 // queued waits until the election has n candidate keys.
 func queued(b *testing.B, cli *clientv3.Client, prefix string, n int64) {
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
@@ -278,53 +237,16 @@ type campaignResult struct {
 	err error
 }
 
-func electionResign(b *testing.B, lib electionLib, endpoints []string) {
-	name := electionName("resign")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	obs := watchArrivals(lib.observe(b, ctx, endpoints, name))
-	raw := rawClient(b, endpoints)
-	var cs [2]candidate
-	for i := range cs {
-		cs[i], _ = lib.candidate(b, endpoints, name, false)
-	}
-	if err := cs[0].Campaign(ctx, "v0"); err != nil {
-		b.Fatal(err)
-	}
-	obs.wait(b, "v0")
-	var hand, seen []time.Duration
-	b.ResetTimer()
-	for i := 1; i <= b.N; i++ {
-		leader, next := cs[(i-1)%2], cs[i%2]
-		v := fmt.Sprint("v", i)
-		res := campaignAsync(next, v)
-		queued(b, raw, lib.keys(name), 2)
-		start := time.Now()
-		if err := leader.Resign(ctx); err != nil {
-			b.Fatal(err)
-		}
-		r := <-res
-		if r.err != nil {
-			b.Fatal(r.err)
-		}
-		hand = append(hand, r.at.Sub(start))
-		seen = append(seen, obs.wait(b, v).Sub(start))
-	}
-	b.StopTimer()
-	reportLatency(b, "handover-", hand)
-	reportLatency(b, "observe-", seen)
-}
-
 func electionProclaim(b *testing.B, lib electionLib, endpoints []string) {
 	name := electionName("proclaim")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	obs := watchArrivals(lib.observe(b, ctx, endpoints, name))
+	obs := dlocktest.WatchDeliveries(lib.observe(b, ctx, endpoints, name))
 	c, _ := lib.candidate(b, endpoints, name, false)
 	if err := c.Campaign(ctx, "p0"); err != nil {
 		b.Fatal(err)
 	}
-	obs.wait(b, "p0")
+	obs.Wait(b, "p0")
 	var seen, after []time.Duration
 	b.ResetTimer()
 	for i := 1; i <= b.N; i++ {
@@ -334,13 +256,14 @@ func electionProclaim(b *testing.B, lib electionLib, endpoints []string) {
 			b.Fatal(err)
 		}
 		done := time.Now()
-		at := obs.wait(b, v)
+		at := obs.Wait(b, v)
 		seen = append(seen, at.Sub(start))
 		after = append(after, max(at.Sub(done), 0))
 	}
 	b.StopTimer()
-	reportLatency(b, "observe-", seen)
-	reportLatency(b, "observe-after-", after)
+	dlocktest.ReportLatencies(b, "observe-", seen)
+	dlocktest.ReportLatencies(b, "observe-after-", after)
+	b.ReportMetric(0, "ns/op")
 }
 
 func electionKill(b *testing.B, lib electionLib, addr string, endpoints []string) {
@@ -383,19 +306,29 @@ func electionKill(b *testing.B, lib electionLib, addr string, endpoints []string
 		b.StartTimer()
 	}
 	b.StopTimer()
-	reportLatency(b, "handover-", hand)
+	dlocktest.ReportLatencies(b, "handover-", hand)
+	b.ReportMetric(0, "ns/op")
 }
 
-// reportLatency reports the p50 and p99 of lat, in µs.
-func reportLatency(b *testing.B, prefix string, lat []time.Duration) {
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	q := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds())
-	}
-	b.ReportMetric(q(0.50), prefix+"p50-µs")
-	b.ReportMetric(q(0.99), prefix+"p99-µs")
-	b.ReportMetric(0, "ns/op")
+// etcdElectorate runs dlocktest's election workload on etcd's
+// concurrency.Election: each candidate and the observer with its own
+// connection and Session (TTL 30 s), their requests counted; a candidate
+// is queued once its key is under the election's prefix.
+type etcdElectorate struct {
+	etcdElections
+	endpoints []string
+	raw       *clientv3.Client
+}
+
+func (e *etcdElectorate) Candidate(b *testing.B, name string) dlocktest.Candidate {
+	c, _ := e.candidate(b, e.endpoints, name, false)
+	return c
+}
+
+func (e *etcdElectorate) Observe(b *testing.B, ctx context.Context, name string) <-chan string {
+	return e.observe(b, ctx, e.endpoints, name)
+}
+
+func (e *etcdElectorate) Queued(b *testing.B, name string, _ dlocktest.Candidate) {
+	queued(b, e.raw, e.keys(name), 2)
 }

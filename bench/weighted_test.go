@@ -12,13 +12,15 @@ import (
 )
 
 // weighted runs the weighted kinds' workloads (Semaphore4x16 and RW90,
-// see dlocktest.BenchWeighted) on dlock Clients over backends made by
+// see dlocktest.BenchWeighted) and the election workload (Election, see
+// dlocktest.BenchElections) on dlock Clients over backends made by
 // newBackend, one per contender; store counts the requests all of them
-// sent to the store so far (store-req/grant).
+// sent to the store so far (store-req/grant, store-req/handover).
 //
-//	cd bench && go test -run XXX -bench '/dlock/(Semaphore4x16|RW90)$' -benchtime 2000x
+//	cd bench && go test -run XXX -bench '/dlock/(Semaphore4x16|RW90|Election)$' -benchtime 2000x
 func weighted(b *testing.B, newBackend dlocktest.Factory, store func() int64) {
 	dlocktest.BenchWeighted(b, newBackend, dlocktest.StoreRequests(store))
+	dlocktest.BenchElections(b, newBackend, dlocktest.StoreRequests(store))
 }
 
 // benchEtcdRecipe runs RW90 on etcd's recipes RWMutex

@@ -36,7 +36,8 @@ type Locker interface {
 // and, once, the weighted kinds' workloads ([BenchWeighted]): a semaphore
 // of 4 with 16 contenders (Semaphore4x16) and a read-write lock with 90%
 // readers among 16 contenders (RW90), skipped on a backend that cannot
-// keep them; and Held: many leases held at once by one Client
+// keep them; leadership handed over between two candidates of an
+// election ([BenchElections]); and Held: many leases held at once by one Client
 // ([BenchHeld]).
 // Held ignores b.N; select it on its own with -benchtime 1x. bopts set the
 // sizes of Held and Herd.
@@ -61,6 +62,7 @@ func Bench(b *testing.B, newBackend Factory, bopts ...BenchOption) {
 		})
 	}
 	BenchWeighted(b, newBackend, bopts...)
+	BenchElections(b, newBackend, bopts...)
 	b.Run("Held", func(b *testing.B) { BenchHeld(b, newBackend, bopts...) })
 }
 

@@ -24,6 +24,8 @@ BenchmarkRedis/dlock/Herd/10-2             	     100	     10000 ns/op	  4.0 stor
 BenchmarkEtcd/dlock/Requests-2             	     100	     10000 ns/op
 BenchmarkEtcd/dlock/RW90-2                 	     100	     10000 ns/op	 400 grants/s	 9000 write-wait-p99-µs	 8 store-req/grant
 BenchmarkEtcd/recipe.RWMutex/RW90-2        	     100	     10000 ns/op	 200 grants/s	 3000 write-wait-p99-µs	 4 store-req/grant
+BenchmarkEtcd/dlock/Election-2             	     100	         0 ns/op	 900 handover-p50-µs	 7 store-req/handover
+BenchmarkEtcd/concurrency.Election/Election-2 	 100	         0 ns/op	 90000 handover-p50-µs	 6 store-req/handover
 BenchmarkPostgres/dlock-session/Fair/Uncontended-2 	     100	     10000 ns/op	 100 ops/s
 BenchmarkPostgres/dlock/Default/Herd/10-2 	     100	     10000 ns/op	 3 store-req/release
 --- FAIL: BenchmarkPostgres/dlock/Held
@@ -63,8 +65,10 @@ func TestDocument(t *testing.T) {
 		"| Uncontended | ops/s | 11.0k (2.00) | 5500 (1.00) | 4000 (0.73) | 20.0k (3.64) |",
 		"| Uncontended | p99-µs | 450 (1.50) | 300 (1.00) | 900 (3.00) | – |",
 		"| Herd/10 | store-req/release | 3 | – | – | – |",
-		"| RW90 | grants/s | 400 (2.00) | 200 (1.00) |",
-		"| RW90 | write-wait-p99-µs | 9000 (3.00) | 3000 (1.00) |",
+		"| RW90 | grants/s | 400 (2.00) | 200 (1.00) | – |",
+		"| RW90 | write-wait-p99-µs | 9000 (3.00) | 3000 (1.00) | – |",
+		"| Election | handover-p50-µs | 900 (0.01) | – | 90.0k (1.00) |",
+		"| Election | store-req/handover | 7 (1.17) | – | 6 (1.00) |",
 		"- Redis/dlock/Held/100000",
 		"> **test**", "median of 2 runs (Held: of 1)", "- Machine: test", "![", "bench/herd.png",
 	} {

@@ -109,7 +109,7 @@ func run(c config) error {
 func runBenchmarks(ctx context.Context, c config) ([]byte, error) {
 	// dlocktest.Bench (the SQL backends) puts the workloads under
 	// Default and Fair.
-	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Semaphore4x16|RW90|Herd|Default|Fair)$"
+	workloads := "^(Uncontended|DistinctNames|Contended|Contended64|Semaphore4x16|RW90|Election|Herd|Default|Fair)$"
 	type pass struct {
 		bench, benchtime string
 		count            int

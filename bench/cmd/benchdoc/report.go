@@ -40,6 +40,10 @@ var rows = []row{
 	{"RW90", "grants/s", true},
 	{"RW90", "write-wait-p99-µs", false},
 	{"RW90", "store-req/grant", false},
+	{"Election", "handover-p50-µs", false},
+	{"Election", "handover-p99-µs", false},
+	{"Election", "observe-p99-µs", false},
+	{"Election", "store-req/handover", false},
 	{"Herd/", "handoff-p50-µs", false},
 	{"Herd/", "handoff-p99-µs", false},
 	{"Herd/", "store-req/release", false},
@@ -74,7 +78,7 @@ func document(c config, rs results, charts []chart, env []string, took time.Dura
 	}
 	fmt.Fprintf(&b, `
 Every library runs the same workloads (package dlocktest: BenchLockers,
-BenchSemaphores and BenchRWLockers for those that have the primitive, and
+BenchSemaphores, BenchRWLockers and BenchElectorate for those that have the primitive, and
 for dlock BenchHerd and BenchHeld) in one process per backend, against the
 same server, each with its defaults; see the bench module's doc.go. Every
 figure is the median of %d runs (Held: of %d), run in rounds (each round runs every
@@ -86,7 +90,9 @@ bytes and requests. A dash: the library does not run that workload.
 Semaphore4x16 is a semaphore of 4 with 16 contenders and RW90 a read-write
 lock with 90%% readers among 16 (write-wait: a writer's wait); InProcess
 is their ceiling, locks of one process with no store (x/sync's
-semaphore.Weighted, sync.RWMutex).
+semaphore.Weighted, sync.RWMutex). Election hands leadership between two
+candidates: handover is from the leader's Resign to the queued candidate's
+Campaign returning, observe to an observer's delivery of the new value.
 
 `, c.runs, c.heldRuns)
 	for _, be := range rs.backends() {
