@@ -135,7 +135,7 @@ func (a *acquisition) attempt(n int) (result, outcome) {
 		}
 	}
 	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive, reuse: n == 0,
-		checked: a.b.listed.epoch()}
+		fresh: a.req.Fresh, checked: a.b.listed.epoch()}
 	if a.req.Kind != dlock.KindMutex {
 		return a.weighted(actx, n, h)
 	}
@@ -362,6 +362,9 @@ var errHolderChanged = errors.New("etcd: the holder changed")
 // returned, and become the lowest key if the holder let go first.
 func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.KeyValue, need int64, drop string) (dlock.Grant, error) {
 	key := string(kv.Key)
+	if b.made(key) && !b.reent.reenter(key) {
+		return dlock.Grant{}, errHolderChanged // being released: try again
+	}
 	v := decode(kv)
 	checked := b.listed.epoch()
 	v.Holds++ // the value is otherwise kept: the owner is req.Owner's

@@ -85,6 +85,17 @@ func (b *Backend) newKey(name string, id clientv3.LeaseID) string {
 	return own + strconv.FormatUint(b.seq.Add(1), 16)
 }
 
+// made reports whether key is one of this backend's acquisitions' keys,
+// which start with the shared lease they were put on: one it still has.
+// (A key on a shared lease that the backend no longer has is gone with
+// that lease.)
+func (b *Backend) made(key string) bool {
+	seg := key[strings.LastIndexByte(key, '/')+1:]
+	hex, _, ok := strings.Cut(seg, "-")
+	id, err := strconv.ParseInt(hex, 16, 64)
+	return ok && err == nil && b.isShared(clientv3.LeaseID(id))
+}
+
 // keyPool keeps, by lock name, keys of the backend that its releases
 // deleted, for the next acquisitions of the name. etcd keeps an index
 // entry for every deleted key until the history is compacted, and every

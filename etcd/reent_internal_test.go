@@ -1,0 +1,35 @@
+package etcd
+
+import "testing"
+
+// A plain deletion of a key and a reentry of it exclude each other: a
+// reentry while the deletion is in flight is refused (it retries, and
+// finds the key gone), and a key once re-entered is released with the
+// comparing transaction until a release deletes it.
+func TestReentriesExclusion(t *testing.T) {
+	var r reentries
+	if !r.beginDelete("k") {
+		t.Fatal("beginDelete of an untouched key refused")
+	}
+	if r.reenter("k") {
+		t.Error("reenter during a plain deletion allowed")
+	}
+	if r.beginDelete("k") {
+		t.Error("a second plain deletion in flight allowed")
+	}
+	r.endDelete("k")
+	if !r.reenter("k") {
+		t.Fatal("reenter after the deletion refused")
+	}
+	if r.beginDelete("k") {
+		t.Error("plain deletion of a re-entered key allowed")
+	}
+	r.endDelete("k") // a no-op for a re-entered key
+	if r.beginDelete("k") {
+		t.Error("endDelete forgot a re-entry")
+	}
+	r.forget("k")
+	if !r.beginDelete("k") {
+		t.Error("beginDelete after forget refused")
+	}
+}
