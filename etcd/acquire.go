@@ -157,7 +157,7 @@ func (a *acquisition) takeLease(actx context.Context) (outcome, error) {
 		}
 		return final, wrap(a.ctx, "granting a lease", err)
 	}
-	a.cur, a.key, a.confirmed, a.clean = &l, a.b.newKey(a.req.Name, l.id), false, true
+	a.cur, a.key, a.confirmed, a.clean = &l, a.b.newKey(a.req.Name, a.lp, l.id), false, true
 	return proceed, nil
 }
 
@@ -183,13 +183,22 @@ func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnRe
 // commit sends an attempt's transaction, If(cmp) Then(then) Else(els),
 // with a keep-alive that confirms the lease unless it is fresh.
 func (a *acquisition) commit(actx context.Context, h *handle, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, outcome, error) {
-	var kac chan keepAliveResult
+	var (
+		kac chan keepAliveResult
+		ka  keepAliveResult
+	)
 	if !a.confirmed {
-		kac = a.b.confirmAsync(actx, a.cur.id)
+		if l, ok := a.b.freshShared(a.cur.id); ok {
+			ka = keepAliveResult{ttl: l.ttl, sent: l.alive} // no keep-alive, no goroutine
+		} else {
+			kac = a.b.confirmAsync(actx, a.cur.id)
+		}
 	}
 	tr, err := a.b.cli.Txn(actx).If(cmp).Then(then...).Else(els...).Commit()
-	if kac != nil {
-		ka := <-kac
+	if !a.confirmed {
+		if kac != nil {
+			ka = <-kac
+		}
 		switch {
 		case ka.err == nil && ka.ttl > 0:
 			a.confirmed = true

@@ -30,6 +30,7 @@ func escape(name string) string {
 		return name
 	}
 	var b strings.Builder
+	b.Grow(len(name) + 2*strings.Count(name, "%") + 2*strings.Count(name, "/"))
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; c {
 		case '%':
@@ -72,13 +73,14 @@ func (b *Backend) lockPrefix(name string) string {
 	return b.prefix + "/" + escape(name) + "/"
 }
 
-// newKey returns the key of a new acquisition of name: the shared lease
+// newKey returns the key of a new acquisition of name (whose lock prefix
+// is lp): the shared lease
 // it starts on (unique in the cluster) and a number unique among the
 // backend's live keys, so that the acquisitions of one backend, which share
 // a lease, have keys of their own. A key that the backend deleted at a
 // release is used again (see keyPool).
-func (b *Backend) newKey(name string, id clientv3.LeaseID) string {
-	own := b.lockPrefix(name) + strconv.FormatInt(int64(id), 16) + "-"
+func (b *Backend) newKey(name, lp string, id clientv3.LeaseID) string {
+	own := lp + strconv.FormatInt(int64(id), 16) + "-"
 	if k, ok := b.keys.take(name, own); ok {
 		return k
 	}
@@ -193,8 +195,25 @@ func encode(owner string, holds int) string {
 }
 
 func encodeValue(v value) string {
+	if v.Kind == dlock.KindMutex && v.Limit == 0 && v.Weight == 0 && v.Value == "" && plainJSON(v.Owner) {
+		// What json.Marshal writes, without its reflection: a mutex's
+		// key is written at every acquisition.
+		return `{"owner":"` + v.Owner + `","holds":` + strconv.Itoa(v.Holds) + `}`
+	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// plainJSON reports whether json.Marshal writes s as is between quotes:
+// printable ASCII without the characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // foreign says what makes kv, a key under a lock's prefix, one that dlock

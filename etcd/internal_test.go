@@ -1,6 +1,11 @@
 package etcd
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/dlock-dev/dlock"
+)
 
 // A plain deletion of a key and a reentry of it exclude each other: a
 // reentry while the deletion is in flight is refused (it retries, and
@@ -31,5 +36,18 @@ func TestReentriesExclusion(t *testing.T) {
 	r.forget("k")
 	if !r.beginDelete("k") {
 		t.Error("beginDelete after forget refused")
+	}
+}
+
+// encodeValue writes a mutex's value without reflection, byte for byte as
+// json.Marshal does, whatever the owner.
+func TestEncodeValueAsJSON(t *testing.T) {
+	for _, owner := range []string{"host/123/0123456789abcdef", "job-42", `a"b`, `a\b`, "<&>", "tab\there", "é", "\x7f", ""} {
+		for _, v := range []value{{Owner: owner, Holds: 1}, {Owner: owner, Holds: 12}, {Owner: owner, Holds: 1, Kind: dlock.KindSemaphore, Limit: 3, Weight: 1}} {
+			want, _ := json.Marshal(v)
+			if got := encodeValue(v); got != string(want) {
+				t.Errorf("encodeValue(%+v) = %s, want %s", v, got, want)
+			}
+		}
 	}
 }
