@@ -3,7 +3,9 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -127,8 +129,22 @@ type result struct {
 // attempt makes one try: a lease, the transaction, and what its answer
 // means.
 func (a *acquisition) attempt(n int) (result, outcome) {
-	actx, cancel := context.WithTimeout(a.ctx, attemptTimeout(a.req.TTL))
-	defer cancel()
+	// The bound is a timer, not a deadline on the context: gRPC would send
+	// a deadline with every request (a grpc-timeout header, and a timer
+	// on the server per request); the timer is only for a request that
+	// hangs.
+	actx, cancel := context.WithCancel(a.ctx)
+	var timedOut atomic.Bool
+	d := attemptTimeout(a.req.TTL)
+	t := time.AfterFunc(d, func() { timedOut.Store(true); cancel() })
+	defer func() {
+		t.Stop()
+		cancel()
+		if timedOut.Load() && a.ctx.Err() == nil && a.lastErr != nil {
+			// Not the caller's cancellation: etcd did not answer in time.
+			a.lastErr = fmt.Errorf("etcd did not answer within %v: %w", d, context.DeadlineExceeded)
+		}
+	}()
 	if a.cur == nil {
 		if next, err := a.takeLease(actx); next != proceed {
 			return result{err: err}, next
