@@ -110,7 +110,7 @@ func (s *spec) run(ctx context.Context, op string, wait bool, value string, ts *
 	// A weighted name's waiters queue in arrival order whatever Fair
 	// says: the head-of-line rule that keeps a writer from starving.
 	fair := s.cfg.fair || s.kind != KindMutex
-	req := Request{Name: key, Owner: owner, TTL: s.cfg.ttl, Fair: fair, Wait: wait, Kind: s.kind, Limit: s.limit, Weight: s.weight, Value: value}
+	req := Request{Name: key, Owner: owner, Fresh: fresh, TTL: s.cfg.ttl, Fair: fair, Wait: wait, Kind: s.kind, Limit: s.limit, Weight: s.weight, Value: value}
 	g, err := q.run(req)
 	for lost := 0; err == nil; lost++ {
 		late := q.freshen(g)

@@ -122,6 +122,12 @@ type Request struct {
 	// Owner identifies the holder; a request whose owner already holds the
 	// name re-enters.
 	Owner string
+	// Fresh says that Owner is an id the Client made for this acquisition
+	// alone (no [Owner] option, no outer lease): only a request through the
+	// same Backend (a [WithLease] reentry, or the Client's own retry) can
+	// re-enter the hold, so a backend that notes its reentries may release
+	// the hold without checking the store for reentries from elsewhere.
+	Fresh bool
 	// TTL is how long the store keeps the grant without renewal.
 	TTL time.Duration
 	// Fair asks for grants in arrival order among fair waiters.

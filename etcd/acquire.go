@@ -3,7 +3,9 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-dev/dlock"
@@ -127,15 +129,29 @@ type result struct {
 // attempt makes one try: a lease, the transaction, and what its answer
 // means.
 func (a *acquisition) attempt(n int) (result, outcome) {
-	actx, cancel := context.WithTimeout(a.ctx, attemptTimeout(a.req.TTL))
-	defer cancel()
+	// The bound is a timer, not a deadline on the context: gRPC would send
+	// a deadline with every request (a grpc-timeout header, and a timer
+	// on the server per request); the timer is only for a request that
+	// hangs.
+	actx, cancel := context.WithCancel(a.ctx)
+	var timedOut atomic.Bool
+	d := attemptTimeout(a.req.TTL)
+	t := time.AfterFunc(d, func() { timedOut.Store(true); cancel() })
+	defer func() {
+		t.Stop()
+		cancel()
+		if timedOut.Load() && a.ctx.Err() == nil && a.lastErr != nil {
+			// Not the caller's cancellation: etcd did not answer in time.
+			a.lastErr = fmt.Errorf("etcd did not answer within %v: %w", d, context.DeadlineExceeded)
+		}
+	}()
 	if a.cur == nil {
 		if next, err := a.takeLease(actx); next != proceed {
 			return result{err: err}, next
 		}
 	}
 	h := &handle{name: a.req.Name, key: a.key, need: a.need, lease: a.cur.id, alive: a.cur.alive, reuse: n == 0,
-		checked: a.b.listed.epoch()}
+		fresh: a.req.Fresh, checked: a.b.listed.epoch()}
 	if a.req.Kind != dlock.KindMutex {
 		return a.weighted(actx, n, h)
 	}
@@ -157,7 +173,7 @@ func (a *acquisition) takeLease(actx context.Context) (outcome, error) {
 		}
 		return final, wrap(a.ctx, "granting a lease", err)
 	}
-	a.cur, a.key, a.confirmed, a.clean = &l, a.b.newKey(a.req.Name, l.id), false, true
+	a.cur, a.key, a.confirmed, a.clean = &l, a.b.newKey(a.req.Name, a.lp, l.id), false, true
 	return proceed, nil
 }
 
@@ -183,13 +199,22 @@ func (a *acquisition) transact(actx context.Context, h *handle) (*clientv3.TxnRe
 // commit sends an attempt's transaction, If(cmp) Then(then) Else(els),
 // with a keep-alive that confirms the lease unless it is fresh.
 func (a *acquisition) commit(actx context.Context, h *handle, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, outcome, error) {
-	var kac chan keepAliveResult
+	var (
+		kac chan keepAliveResult
+		ka  keepAliveResult
+	)
 	if !a.confirmed {
-		kac = a.b.confirmAsync(actx, a.cur.id)
+		if l, ok := a.b.freshShared(a.cur.id); ok {
+			ka = keepAliveResult{ttl: l.ttl, sent: l.alive} // no keep-alive, no goroutine
+		} else {
+			kac = a.b.confirmAsync(actx, a.cur.id)
+		}
 	}
 	tr, err := a.b.cli.Txn(actx).If(cmp).Then(then...).Else(els...).Commit()
-	if kac != nil {
-		ka := <-kac
+	if !a.confirmed {
+		if kac != nil {
+			ka = <-kac
+		}
 		switch {
 		case ka.err == nil && ka.ttl > 0:
 			a.confirmed = true
@@ -362,6 +387,9 @@ var errHolderChanged = errors.New("etcd: the holder changed")
 // returned, and become the lowest key if the holder let go first.
 func (b *Backend) reenter(ctx context.Context, req dlock.Request, kv *mvccpb.KeyValue, need int64, drop string) (dlock.Grant, error) {
 	key := string(kv.Key)
+	if b.made(key) && !b.reent.reenter(key) {
+		return dlock.Grant{}, errHolderChanged // being released: try again
+	}
 	v := decode(kv)
 	checked := b.listed.epoch()
 	v.Holds++ // the value is otherwise kept: the owner is req.Owner's

@@ -44,7 +44,11 @@
 // The lock NAME lives under PREFIX/ESC(NAME)/ (ESC escapes "%" and "/").
 // An acquisition puts PREFIX/ESC(NAME)/LEASEID-N in one transaction that
 // also reads the holder and the key's predecessor; uncontended it is one
-// round trip, and a release one compare-and-delete. A waiter waits for the
+// round trip, and a release one deletion: a plain one for a hold whose
+// owner the Client made for it alone (no [dlock.Owner], no outer lease)
+// and that no reentry touched, a compare-and-delete otherwise (on etcd
+// 3.4 every write transaction costs the server a copy of its write
+// buffer, so a plain deletion is cheaper). A waiter waits for the
 // deletion of its predecessor only, through long-lived watches shared by
 // the backend's waiters, so a release wakes one waiter and a contended
 // hand-off costs one enqueue and one release. Reentrancy happens only

@@ -111,6 +111,7 @@ type Backend struct {
 	tracked tracked       // the holds on them
 	seq     atomic.Uint64 // numbers the acquisitions' keys
 	keys    keyPool       // deleted keys, to use again
+	reent   reentries     // fresh owners' keys re-entered or being deleted
 	listed  listings      // of the keys on the shared leases, for renewals
 	quit    chan struct{} // closed by Close
 

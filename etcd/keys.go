@@ -30,6 +30,7 @@ func escape(name string) string {
 		return name
 	}
 	var b strings.Builder
+	b.Grow(len(name) + 2*strings.Count(name, "%") + 2*strings.Count(name, "/"))
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; c {
 		case '%':
@@ -72,17 +73,29 @@ func (b *Backend) lockPrefix(name string) string {
 	return b.prefix + "/" + escape(name) + "/"
 }
 
-// newKey returns the key of a new acquisition of name: the shared lease
+// newKey returns the key of a new acquisition of name (whose lock prefix
+// is lp): the shared lease
 // it starts on (unique in the cluster) and a number unique among the
 // backend's live keys, so that the acquisitions of one backend, which share
 // a lease, have keys of their own. A key that the backend deleted at a
 // release is used again (see keyPool).
-func (b *Backend) newKey(name string, id clientv3.LeaseID) string {
-	own := b.lockPrefix(name) + strconv.FormatInt(int64(id), 16) + "-"
+func (b *Backend) newKey(name, lp string, id clientv3.LeaseID) string {
+	own := lp + strconv.FormatInt(int64(id), 16) + "-"
 	if k, ok := b.keys.take(name, own); ok {
 		return k
 	}
 	return own + strconv.FormatUint(b.seq.Add(1), 16)
+}
+
+// made reports whether key is one of this backend's acquisitions' keys,
+// which start with the shared lease they were put on: one it still has.
+// (A key on a shared lease that the backend no longer has is gone with
+// that lease.)
+func (b *Backend) made(key string) bool {
+	seg := key[strings.LastIndexByte(key, '/')+1:]
+	hex, _, ok := strings.Cut(seg, "-")
+	id, err := strconv.ParseInt(hex, 16, 64)
+	return ok && err == nil && b.isShared(clientv3.LeaseID(id))
 }
 
 // keyPool keeps, by lock name, keys of the backend that its releases
@@ -182,8 +195,25 @@ func encode(owner string, holds int) string {
 }
 
 func encodeValue(v value) string {
+	if v.Kind == dlock.KindMutex && v.Limit == 0 && v.Weight == 0 && v.Value == "" && plainJSON(v.Owner) {
+		// What json.Marshal writes, without its reflection: a mutex's
+		// key is written at every acquisition.
+		return `{"owner":"` + v.Owner + `","holds":` + strconv.Itoa(v.Holds) + `}`
+	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// plainJSON reports whether json.Marshal writes s as is between quotes:
+// printable ASCII without the characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // foreign says what makes kv, a key under a lock's prefix, one that dlock

@@ -20,6 +20,9 @@ type handle struct {
 	reuse bool  // the key was put by one answered request: see keyPool
 	// resolved: the hold was found by its token, not made by this backend
 	resolved bool
+	// fresh: the acquisition's owner was fresh (dlock.Request.Fresh), so
+	// only a reentry through this backend can share the key (see reentries)
+	fresh bool
 
 	// mu guards the fields below; swept and freed sit above it, where the
 	// padding after the flags has room for them (a hold's handle is kept

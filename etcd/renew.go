@@ -394,6 +394,9 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 
 func (b *Backend) release(ctx context.Context, h *handle, owner string, token int64) error {
 	key := h.key
+	if h.fresh && b.reent.beginDelete(key) {
+		return b.releaseFresh(ctx, h)
+	}
 	same := clientv3.Compare(clientv3.CreateRevision(key), "=", token)
 	// The common case, a single hold, in one request: a key last modified
 	// at its creation, at the token, holds the one hold its acquisition
@@ -415,6 +418,9 @@ func (b *Backend) release(ctx context.Context, h *handle, owner string, token in
 		}
 		if tr.Succeeded {
 			if dr := tr.Responses[0].GetResponseDeleteRange(); dr != nil {
+				if dr.Deleted > 0 {
+					b.reent.forget(key)
+				}
 				for _, kv := range dr.PrevKvs {
 					b.revokeLater(clientv3.LeaseID(kv.Lease)) // unless shared
 				}
@@ -442,4 +448,87 @@ func (b *Backend) release(ctx context.Context, h *handle, owner string, token in
 			Else(clientv3.OpGet(key)).
 			Commit()
 	}
+}
+
+// releaseFresh releases h, a hold of a fresh owner (dlock.Request.Fresh)
+// that no reentry through this backend touched, with a plain deletion of
+// its key: no other hold can share the key, so there is nothing to
+// compare. On etcd 3.4 a transaction costs the server a copy of its
+// whole write buffer (every write transaction reads through a copy of
+// the pending writes), so a deletion is what keeps a release as cheap as
+// concurrency.Mutex's Unlock. A key that is gone was lost.
+func (b *Backend) releaseFresh(ctx context.Context, h *handle) error {
+	defer b.reent.endDelete(h.key)
+	lease := h.leaseID()
+	dr, err := b.cli.Delete(ctx, h.key)
+	if err != nil {
+		return wrap(ctx, "releasing", err)
+	}
+	if dr.Deleted == 0 {
+		return lostf("etcd: the key %s is gone: its lease expired or was revoked, or it was deleted", h.key)
+	}
+	b.revokeLater(lease) // unless shared: a renewal moved the key to a lease of its own
+	if h.free() {
+		b.keys.put(h.name, h.key)
+	}
+	return nil
+}
+
+// reentries keeps apart the two ways of releasing a key of a fresh owner:
+// the plain deletion (releaseFresh), while no reentry through this backend
+// added a hold to the key, and the comparing transaction, once one did. A
+// fresh owner's key can only be re-entered through the backend that
+// acquired it (dlock.Request.Fresh), so it knows every reentry.
+type reentries struct {
+	mu sync.Mutex
+	// m is true for a key that a reentry touched (until a release deletes
+	// it), false while a plain deletion of it is in flight.
+	m map[string]bool
+}
+
+// beginDelete reports whether key may be released by a plain deletion,
+// and if so marks the deletion in flight until endDelete.
+func (r *reentries) beginDelete(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.m[key]; ok {
+		return false // re-entered, or a deletion in flight (a second release)
+	}
+	if r.m == nil {
+		r.m = make(map[string]bool)
+	}
+	r.m[key] = false
+	return true
+}
+
+func (r *reentries) endDelete(key string) {
+	r.mu.Lock()
+	if in, ok := r.m[key]; ok && !in {
+		delete(r.m, key)
+	}
+	r.mu.Unlock()
+}
+
+// reenter marks key as re-entered, unless a plain deletion of it is in
+// flight: then it reports false, and the reentry must not touch the key
+// (it is being deleted, and its holder's release would not count the
+// reentry's hold).
+func (r *reentries) reenter(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if in, ok := r.m[key]; ok && !in {
+		return false
+	}
+	if r.m == nil {
+		r.m = make(map[string]bool)
+	}
+	r.m[key] = true
+	return true
+}
+
+// forget drops key, which a release deleted.
+func (r *reentries) forget(key string) {
+	r.mu.Lock()
+	delete(r.m, key)
+	r.mu.Unlock()
 }
