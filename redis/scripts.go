@@ -33,7 +33,10 @@ func newScript(name, src string) *script {
 //	x  end of the lease, server time in ms (TIME); absent when the lease
 //	   ends with the hash itself (its PTTL), as after a fast-path grant
 //	f  last token granted, which is also the holder's token
-//	w  length of the fair queue when last seen (0 or absent: no queue)
+//	w  0 or absent: no fair queue; else the queue's length when it was
+//	   last written, which scripts rewrite only when it becomes 0 or
+//	   stops being 0 (it tells whether to look at the queue, not how long
+//	   it is)
 //	s  server time (ms) until which a waiter that is not in the fair queue
 //	   may be waiting for a release notice (see below)
 //
@@ -254,8 +257,8 @@ end
 // request id is the one that made the hold: then the reply to this very
 // request was lost and the client retried it, and the hold is returned
 // unchanged. Fair waiters ("f") are queued (if already queued, their
-// deadline is refreshed); waiters whose deadline passed are dropped first.
-// A free lock with a queue goes to the queue's head only, and when dropping
+// deadline is refreshed); on a free lock, waiters whose deadline passed
+// are dropped first (behind a holder, its release drops them). A free lock with a queue goes to the queue's head only, and when dropping
 // dead waiters makes another waiter the head of a free lock's queue, that
 // waiter is told.
 var acquireScript = newScript("acquire", acquireFast+acquireFull)
@@ -325,14 +328,18 @@ local qlen, head, old, qend = 0, false, false, false
 if w > 0 or mode == 'f' and held then
   qlen = redis.call('LLEN', q)
   if qlen > 0 then
-    -- Behind a holder only the queue's length matters; a free lock's
-    -- head decides who may take it (and whom to tell, if it changed).
-    if not held then old = redis.call('LINDEX', q, 0) end
-    if dropDead(now) > 0 then
-      qlen = redis.call('LLEN', q)
-      if qlen > 0 and not held then head = redis.call('LINDEX', q, 0) end
-    else
-      head = old
+    -- Behind a holder the queue is only joined: its dead waiters are
+    -- dropped by the release, which looks for the next live head. A free
+    -- lock's head decides who may take it (and whom to tell, if it
+    -- changed).
+    if not held then
+      old = redis.call('LINDEX', q, 0)
+      if dropDead(now) > 0 then
+        qlen = redis.call('LLEN', q)
+        if qlen > 0 then head = redis.call('LINDEX', q, 0) end
+      else
+        head = old
+      end
     end
   end
 end
@@ -359,7 +366,7 @@ if held or head and head ~= rid then
     else
       redis.call('HSET', h, 's', until_)
     end
-  elseif qlen ~= w then
+  elseif (qlen > 0) ~= (w > 0) then
     redis.call('HSET', h, 'w', qlen)
   end
   if held then keep(now, math.max(x, sv), qlen, qend) else keep(now, sv, qlen, qend) end
@@ -551,13 +558,12 @@ if head == '' then
     drop(f, hw)
     return {1, 0, '', ''}
   end
-  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
+  if w > 0 then redis.call('HSET', h, 'w', 0) end
   redis.call('HDEL', h, 'o', 'n', 'r', 'x')
   keep(now, sv, 0)
   redis.call('PUBLISH', h .. ':wake', '')
   return {1, 0, '', ''}
 end
-if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 redis.call('HDEL', h, 'o', 'n', 'r', 'x')
 keep(now, sv, qlen)
 if string.sub(head, 1, #ARGV[3]) ~= ARGV[3] then redis.call('PUBLISH', h .. ':wake', head) end
