@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +140,8 @@ func (b *Backend) takeParked(name string) *passing {
 // releasePassing releases hold h on master i with gb, as releaseOn does,
 // and sends the attempt of p after it in the same pipeline.
 func (b *Backend) releasePassing(ctx context.Context, i int, h dlock.Hold, gb giveBack, p *passing) (bool, error) {
-	rel := &call{s: releaseScript, full: gb.full}
+	// The release does not notify the waiter whose attempt follows it.
+	rel := &call{s: releaseScript, full: append(slices.Clip(gb.full), p.a.qid)}
 	acq := &call{s: acquireScript, full: p.full}
 	c := b.conduits[i].c
 	pipe := c.Pipeline()

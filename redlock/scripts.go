@@ -332,7 +332,8 @@ end
 // fenced there). When the lock frees it publishes on the lock's channel.
 //
 //	KEYS: lock hash, queue, deadlines, wait queue, its deadlines, fence key
-//	ARGV: owner, token ("" for none), acquisition id, channel, waiter id ("" for none), floor ("" for none), promise ms
+//	ARGV: owner, token ("" for none), acquisition id, channel, waiter id ("" for none), floor ("" for none), promise ms,
+//	      [id of a waiter whose attempt follows the release in its pipeline: it is not notified]
 //
 // Replies {1, count left}, or {0} when the master does not hold it. The
 // waiter, if any, leaves the queues. The notice of a lock that freed
@@ -409,7 +410,9 @@ local function handoff()
     redis.call('HDEL', h, 'p', 'pt')
     pt = 0
   end
-  notify(ARGV[4], head)
+  -- A waiter whose attempt follows this release (ARGV[8], see pass.go)
+  -- needs no notice.
+  if head == '' or head ~= ARGV[8] then notify(ARGV[4], head) end
 end
 if not (live and cur[1] == ARGV[1] and (ARGV[2] ~= '' and cur[5] == ARGV[2] or cur[3] == ARGV[3])) then
   if not live and floor and cur[5] and tonumber(cur[5]) < floor then
