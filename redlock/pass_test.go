@@ -93,11 +93,17 @@ func TestReleasePassesToParkedWaiter(t *testing.T) {
 		t.Errorf("the waiter's token %d is not above the holder's %d", wl.Token(), l.Token())
 	}
 
-	// The other process's waiter queues first, then this process's.
+	// The other process's waiter queues first, then this process's. (The
+	// fair holder keeps its place at the head of the queue until it
+	// releases: the other waiter is the second.)
 	gotOther := lockAsync(t, other, name)
-	silenttest.PollUntil(t, 10*time.Second, "the other waiter queued", func() bool {
-		n, _ := g.Node(0).Do(context.Background(), "ZCARD", redlock.LockKey(wb, name)+":queue")
-		return n == int64(1)
+	silenttest.PollUntil(t, 10*time.Second, "the other waiter queued on every master", func() bool {
+		for _, s := range g.Nodes() {
+			if n, _ := s.Do(context.Background(), "ZCARD", redlock.LockKey(wb, name)+":queue"); n != int64(2) {
+				return false
+			}
+		}
+		return true
 	})
 	got = lockAsync(t, holder, name)
 	silenttest.PollUntil(t, 10*time.Second, "the second waiter parked", func() bool { return redlock.Parked(wb, name) == 1 })
