@@ -332,3 +332,44 @@ func subscriptions(b testing.TB, admin *goredis.Client) int64 {
 	}
 	return n
 }
+
+// BenchmarkRedisTokens runs dlock's redis backend with its default clock
+// tokens (dlock) and with the ClockTokens(false) opt-out (dlock-counter),
+// and the round-trip floor, against one redis-server, for the cost of the
+// safe token default; -count interleaves the three:
+//
+//	cd bench && go test -run XXX -bench 'RedisTokens/.*/Uncontended$' -benchtime 5000x -count 5
+func BenchmarkRedisTokens(b *testing.B) {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = testserver.Redis(b).Addr()
+	}
+	admin := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer admin.Close()
+	newClient := func(b testing.TB, counter goredis.Hook) *goredis.Client {
+		c := goredis.NewClient(&goredis.Options{Addr: addr})
+		c.AddHook(counter)
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	for _, mode := range []struct {
+		name string
+		opts []dredis.Option
+	}{{"dlock", nil}, {"dlock-counter", []dredis.Option{dredis.ClockTokens(false)}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			dlocktest.BenchLockers(b, counting(admin, func(b *testing.B, counter goredis.Hook) dlocktest.Locker {
+				be, err := dredis.New(newClient(b, counter), mode.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := dlock.New(be)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { c.Close() })
+				return dlockLocker{c}
+			}))
+		})
+	}
+	b.Run("floor", func(b *testing.B) { roundTripFloor(b, admin, newClient(b, cmdCounter{new(atomic.Int64)})) })
+}

@@ -23,7 +23,9 @@ import (
 // masters: those listed (comma-separated) in REDLOCK_ADDRS, or 5 started
 // for the run. Every sub-benchmark also reports cmds/grant: the commands
 // the lockers sent to all masters plus the subscriptions the masters saw,
-// per lock granted. dlock and dlock-fair also run the Herd workload, and
+// per lock granted, and srv-µs/grant and cli-µs/grant: the CPU time of
+// all masters (INFO cpu) and of this process per lock granted, as
+// BenchmarkRedis reports them. dlock and dlock-fair also run the Herd workload, and
 // dlock the Held workload (see [scale]), counting commands the same way.
 //
 //	cd bench && go test -run XXX -bench Redlock -benchtime 1000x
@@ -108,8 +110,17 @@ func BenchmarkRedlock(b *testing.B) {
 func countingN(admins []*goredis.Client, newLocker func(*testing.B, goredis.Hook) dlocktest.Locker) func(*testing.B) dlocktest.Locker {
 	type state struct {
 		subsBefore int64
+		srvBefore  float64
+		cliBefore  float64
 		cmds       atomic.Int64
 		grants     atomic.Int64
+	}
+	srv := func(b testing.TB) float64 {
+		var t float64
+		for _, a := range admins {
+			t += serverCPU(b, a)
+		}
+		return t
 	}
 	subs := func(b testing.TB) int64 {
 		var n int64
@@ -122,13 +133,15 @@ func countingN(admins []*goredis.Client, newLocker func(*testing.B, goredis.Hook
 	return func(b *testing.B) dlocktest.Locker {
 		st := states[b]
 		if st == nil {
-			st = &state{subsBefore: subs(b)}
+			st = &state{subsBefore: subs(b), srvBefore: srv(b), cliBefore: processCPU()}
 			states[b] = st
 			b.Cleanup(func() {
 				delete(states, b)
 				if g := st.grants.Load(); g > 0 {
 					n := st.cmds.Load() + subs(b) - st.subsBefore
 					b.ReportMetric(float64(n)/float64(g), "cmds/grant")
+					b.ReportMetric((srv(b)-st.srvBefore)/float64(g), "srv-µs/grant")
+					b.ReportMetric((processCPU()-st.cliBefore)/float64(g), "cli-µs/grant")
 				}
 			})
 		}

@@ -33,7 +33,10 @@ func newScript(name, src string) *script {
 //	x  end of the lease, server time in ms (TIME); absent when the lease
 //	   ends with the hash itself (its PTTL), as after a fast-path grant
 //	f  last token granted, which is also the holder's token
-//	w  length of the fair queue when last seen (0 or absent: no queue)
+//	w  0 or absent: no fair queue; else the queue's length when it was
+//	   last written, which scripts rewrite only when it becomes 0 or
+//	   stops being 0 (it tells whether to look at the queue, not how long
+//	   it is)
 //	s  server time (ms) until which a waiter that is not in the fair queue
 //	   may be waiting for a release notice (see below)
 //
@@ -134,9 +137,10 @@ var maxTokenLua = strconv.FormatInt(MaxToken, 10)
 // newToken(f, hw, t) returns a new token, max(f+1, hw+1, server time in
 // µs), and writes it to the fence key; t is TIME's reply.
 //
-// keep(now, at, w) makes the hash last at least until at (ms) and, if it
-// counts a fair queue (w > 0), as long as the queue does; it never shortens
-// the hash's life. If that end has passed the hash is not kept: the
+// keep(now, at, w, qend) makes the hash last at least until at (ms) and,
+// if it counts a fair queue (w > 0), as long as the queue does (until
+// qend, when the caller just set the queue's expiry to it); it never
+// shortens the hash's life. If that end has passed the hash is not kept: the
 // caller drops it instead.
 var stateSource = `
 local h, q, qt, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -173,8 +177,10 @@ local function newToken(f, hw, t)
   redis.call('SET', fk, string.format('%.0f', tok))
   return tok
 end
-local function keep(now, at, w)
-  if w > 0 then
+local function keep(now, at, w, qend)
+  if qend then
+    at = math.max(at, qend)
+  elseif w > 0 then
     local p = redis.call('PTTL', q)
     if p > 0 then at = math.max(at, now + p) end
   end
@@ -251,8 +257,8 @@ end
 // request id is the one that made the hold: then the reply to this very
 // request was lost and the client retried it, and the hold is returned
 // unchanged. Fair waiters ("f") are queued (if already queued, their
-// deadline is refreshed); waiters whose deadline passed are dropped first.
-// A free lock with a queue goes to the queue's head only, and when dropping
+// deadline is refreshed); on a free lock, waiters whose deadline passed
+// are dropped first (behind a holder, its release drops them). A free lock with a queue goes to the queue's head only, and when dropping
 // dead waiters makes another waiter the head of a free lock's queue, that
 // waiter is told.
 var acquireScript = newScript("acquire", acquireFast+acquireFull)
@@ -265,8 +271,6 @@ var acquireClockScript = newScript("acquireClock", acquireClockFast+acquireFull)
 var acquireFull = stateSource + `
 local owner, rid, mode = ARGV[1], ARGV[3], ARGV[4]
 local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'r', 'x', 'w', 's')
-local hw, bad = fenceOf(redis.call('GET', fk))
-if not hw then return bad end
 local function foreign(why) return redis.error_reply('DLOCKFOREIGN ' .. why) end
 local f = tonumber(cur[3])
 if not f then
@@ -287,6 +291,15 @@ if cur[1] and not cur[5] and redis.call('PTTL', h) < 0 then
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- The fence is read (and checked) before anything is written wherever a
+-- new grant may follow; a hold whose lease end x is still ahead is only
+-- re-entered or waited behind, which takes no token.
+local hw = 0
+if not (cur[1] and cur[5] and tonumber(cur[5]) > now) then
+  local bad
+  hw, bad = fenceOf(redis.call('GET', fk))
+  if not hw then return bad end
+end
 local exp = now + tonumber(ARGV[2])
 local x = holdEnd(cur[1], cur[5], now)
 local held = cur[1] and x > now
@@ -311,28 +324,39 @@ if held and cur[1] == owner then
   end
   return {1, cur[3], n}
 end
-local qlen, head, old = 0, false, false
+local qlen, head, old, qend = 0, false, false, false
 if w > 0 or mode == 'f' and held then
   qlen = redis.call('LLEN', q)
   if qlen > 0 then
-    old = redis.call('LINDEX', q, 0)
-    if dropDead(now) > 0 then qlen = redis.call('LLEN', q) end
-    if qlen > 0 then head = redis.call('LINDEX', q, 0) end
+    -- Behind a holder the queue is only joined: its dead waiters are
+    -- dropped by the release, which looks for the next live head. A free
+    -- lock's head decides who may take it (and whom to tell, if it
+    -- changed).
+    if not held then
+      old = redis.call('LINDEX', q, 0)
+      if dropDead(now) > 0 then
+        qlen = redis.call('LLEN', q)
+        if qlen > 0 then head = redis.call('LINDEX', q, 0) end
+      else
+        head = old
+      end
+    end
   end
 end
 if held or head and head ~= rid then
   local wait = x - now
   if not held then wait = math.max(tonumber(redis.call('ZSCORE', qt, head) or now) - now, 0) end
   if mode == 'f' then
-    if not redis.call('ZSCORE', qt, rid) then
+    -- ZADD adds (1) a waiter that is not queued yet, or refreshes its
+    -- deadline (0).
+    if redis.call('ZADD', qt, now + tonumber(ARGV[5]), rid) == 1 then
       redis.call('RPUSH', q, rid)
       qlen = qlen + 1
     end
-    redis.call('ZADD', qt, now + tonumber(ARGV[5]), rid)
     local last = redis.call('ZRANGE', qt, -1, -1, 'WITHSCORES')
-    local gone = tonumber(last[2]) + 1000
-    redis.call('PEXPIREAT', q, gone)
-    redis.call('PEXPIREAT', qt, gone)
+    qend = tonumber(last[2]) + 1000
+    redis.call('PEXPIREAT', q, qend)
+    redis.call('PEXPIREAT', qt, qend)
   end
   local until_ = now + wait + tonumber(ARGV[5])
   if mode == 'w' and sv < until_ - tonumber(ARGV[5]) / 2 then
@@ -342,10 +366,10 @@ if held or head and head ~= rid then
     else
       redis.call('HSET', h, 's', until_)
     end
-  elseif qlen ~= w then
+  elseif (qlen > 0) ~= (w > 0) then
     redis.call('HSET', h, 'w', qlen)
   end
-  if held then keep(now, math.max(x, sv), qlen) else keep(now, sv, qlen) end
+  if held then keep(now, math.max(x, sv), qlen, qend) else keep(now, sv, qlen, qend) end
   if not held and head ~= old then redis.call('PUBLISH', h .. ':wake', head) end
   if held then return {0, cur[1], cur[3] or '', wait, qlen} end
   return {0, '', '', wait, qlen}
@@ -449,7 +473,8 @@ return res
 // hash, so a hash that is there is a live lease), a fair queue or a
 // waiter hint. It frees the lock as the full script would (drop), in HMGET
 // and DEL: its token came from the fence key, which is at least f already.
-// Anything else falls through to the full script.
+// Anything else falls through to the full script, which reads the fields
+// from cur (no second HMGET).
 var releaseFast = `
 local cur = redis.call('HMGET', KEYS[1], 'o', 'n', 'f', 'x', 'w', 's')
 if cur[1] == ARGV[1] and cur[3] == ARGV[2] and cur[2] == '1' and not (cur[4] or cur[5] or cur[6]) then
@@ -481,7 +506,6 @@ end
 // count left, queue head or "", handed-off token or ""}, or {0, holder
 // owner or "", holder token or ""}.
 var releaseScript = newScript("release", releaseFast+stateSource+`
-local cur = redis.call('HMGET', h, 'o', 'n', 'f', 'x', 'w', 's')
 local hw, bad = fenceOf(redis.call('GET', fk))
 if not hw then return bad end
 local t = redis.call('TIME')
@@ -534,13 +558,12 @@ if head == '' then
     drop(f, hw)
     return {1, 0, '', ''}
   end
-  if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
+  if w > 0 then redis.call('HSET', h, 'w', 0) end
   redis.call('HDEL', h, 'o', 'n', 'r', 'x')
   keep(now, sv, 0)
   redis.call('PUBLISH', h .. ':wake', '')
   return {1, 0, '', ''}
 end
-if qlen ~= w then redis.call('HSET', h, 'w', qlen) end
 redis.call('HDEL', h, 'o', 'n', 'r', 'x')
 keep(now, sv, qlen)
 if string.sub(head, 1, #ARGV[3]) ~= ARGV[3] then redis.call('PUBLISH', h .. ':wake', head) end

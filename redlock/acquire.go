@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-dev/dlock"
 	"github.com/dlock-dev/dlock/internal/dur"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // Reply kinds of the acquire script.
@@ -58,7 +59,14 @@ func (b *Backend) tryNode(ctx context.Context, i int, key string, full []any) no
 		r.err = dlock.ErrClosed
 		return r
 	}
-	v, err := b.runEval(ctx, i, acquireScript, full).Slice()
+	return b.nodeResult(i, key, b.runEval(ctx, i, acquireScript, full))
+}
+
+// nodeResult reads master i's answer cmd to the acquire script for the
+// lock hash key.
+func (b *Backend) nodeResult(i int, key string, cmd *goredis.Cmd) nodeRes {
+	r := nodeRes{i: i, kind: kindError}
+	v, err := cmd.Slice()
 	if err != nil {
 		r.err = b.foreign(err, key, i)
 		return r
@@ -199,9 +207,23 @@ func (b *Backend) attempt(ctx context.Context, req dlock.Request, qid, mode stri
 		return dlock.Grant{}, attemptResult{}, err
 	}
 	start := time.Now()
-	a := &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, done: done, ch: make(chan nodeRes, len(b.nodes)*maxRounds)}
-	t, proposal := a.rounds(ctx, mode, ticket)
+	a := b.newAttempt(req, qid, done)
+	t, proposal := a.rounds(ctx, mode, ticket, uint64(time.Now().UnixMicro()), false)
 	defer func() { b.admission.leave(a.late) }()
+	return b.decideAttempt(ctx, a, t, proposal, start)
+}
+
+// newAttempt makes an attempt of the request req (of the waiter qid, whose
+// attempts share done; "" and nil for a TryLock).
+func (b *Backend) newAttempt(req dlock.Request, qid string, done *atomic.Bool) *attempt {
+	return &attempt{b: b, req: req, gid: newID(), qid: qid, owner: req.Owner, done: done, ch: make(chan nodeRes, len(b.nodes)*maxRounds)}
+}
+
+// decideAttempt ends the attempt a, which started at start and whose last
+// round t proposed proposal: a grant on a quorum, or a failure that gives
+// back what it got.
+func (b *Backend) decideAttempt(ctx context.Context, a *attempt, t *tally, proposal uint64, start time.Time) (dlock.Grant, attemptResult, error) {
+	done := a.done
 	if t.ctxErr != nil || !t.quorum(b.quorum) {
 		err := b.attemptError(t)
 		return dlock.Grant{}, a.fail(t), err
@@ -283,24 +305,25 @@ func isTimeout(err error) bool {
 func (t *tally) quorum(q int) bool { return t.nNew >= q || t.nReent >= q }
 
 // rounds runs the attempt's rounds and returns the last one's tally and
-// proposal. The proposed token is the local clock in µs, so that it is
-// usually above every master's fence and the grant takes one round trip. A
-// master whose fence is not below it refuses (stale), and the next round
-// proposes above the highest fence seen. Safety does not depend on the
-// clock, only the number of rounds does.
-func (a *attempt) rounds(ctx context.Context, mode string, ticket int64) (*tally, uint64) {
+// proposal. The first proposed token is the local clock in µs, so that it
+// is usually above every master's fence and the grant takes one round
+// trip. A master whose fence is not below it refuses (stale), and the next
+// round proposes above the highest fence seen. Safety does not depend on
+// the clock, only the number of rounds does. With sent, the first round's
+// requests were sent already (see pass.go): its answers come on a.ch.
+func (a *attempt) rounds(ctx context.Context, mode string, ticket int64, proposal uint64, sent bool) (*tally, uint64) {
 	b, n := a.b, len(a.b.nodes)
 	// Per-node calls do not end with ctx: a call cut short may still have
 	// been granted, and its answer decides whether to give it back.
 	nctx := context.WithoutCancel(ctx)
-	proposal := uint64(time.Now().UnixMicro())
 	keys := b.keys(a.req.Name)
 	for round := 0; ; round++ {
 		a.mu.Lock()
 		a.maxP = max(a.maxP, proposal)
 		a.mu.Unlock()
-		full := evalArgs(acquireScript, keys, a.req.Owner, dur.Ceil(a.req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid)
-		a.send(nctx, round, keys[0], full)
+		if !sent || round > 0 {
+			a.send(nctx, round, keys[0], a.command(keys, mode, ticket, proposal))
+		}
 		t := a.collect(ctx, round)
 		a.late = a.late || t.timedOut()
 		if t.ctxErr != nil || t.quorum(b.quorum) || round+1 >= maxRounds {
@@ -316,6 +339,12 @@ func (a *attempt) rounds(ctx context.Context, mode string, ticket int64) (*tally
 	}
 }
 
+// command is the acquire script's command of a round of the attempt on
+// the keys of its lock, proposing proposal.
+func (a *attempt) command(keys []string, mode string, ticket int64, proposal uint64) []any {
+	return evalArgs(acquireScript, keys, a.req.Owner, dur.Ceil(a.req.TTL, time.Millisecond), a.gid, mode, ticket, waiterTimeout.Milliseconds(), proposal, a.qid)
+}
+
 // send runs one round's request on every master; an answer that comes
 // after the attempt was decided is dealt with as a late one.
 func (a *attempt) send(nctx context.Context, round int, key string, full []any) {
@@ -327,19 +356,25 @@ func (a *attempt) send(nctx context.Context, round int, key string, full []any) 
 			defer b.bg.Done()
 			r := b.tryNode(rctx, i, key, full)
 			done()
-			r.round = round
-			a.mu.Lock()
-			if a.state == statePending {
-				a.ch <- r
-				a.mu.Unlock()
-				return
-			}
-			f := a.lateLocked(r)
-			a.mu.Unlock()
-			if f != nil {
-				f()
-			}
+			a.deliver(r, round)
 		})
+	}
+}
+
+// deliver passes master r.i's answer to the round to the attempt, or deals
+// with it as a late one if the attempt was decided.
+func (a *attempt) deliver(r nodeRes, round int) {
+	r.round = round
+	a.mu.Lock()
+	if a.state == statePending {
+		a.ch <- r
+		a.mu.Unlock()
+		return
+	}
+	f := a.lateLocked(r)
+	a.mu.Unlock()
+	if f != nil {
+		f()
 	}
 }
 

@@ -96,6 +96,10 @@
 // on each master. Waiters hear release notices over one pub/sub connection
 // per master and queue on every master by arrival ticket, so a notice
 // names one waiter; [dlock.Fair] waiters get the lock in queue order.
+// A release of a lock that a [dlock.Fair] waiter of the same process
+// (of any Backend on the same masters) waits for sends that waiter's next
+// attempt along, in the same round trip to each master, right after the
+// release: the masters decide it as any attempt, by their queues' order.
 // Fairness across processes follows their clocks; exclusion and tokens do
 // not. Per lock, a master keeps one hash expiring with the lease and, while
 // waiters queue, two queues; per Cluster slot, a fence key that is never

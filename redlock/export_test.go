@@ -10,6 +10,14 @@ func Woken(b *Backend) int64 { return b.woken.n.Load() }
 // Received returns how many release notices b received.
 func Received(b *Backend) int64 { return b.received.n.Load() }
 
+// Passed returns how many releases of b sent a parked fair waiter's
+// attempt along.
+func Passed(b *Backend) int64 { return b.passed.n.Load() }
+
+// HandedWon returns how many attempts sent along by a release got a
+// waiter of b the lock.
+func HandedWon(b *Backend) int64 { return b.handedWon.n.Load() }
+
 // WaiterID returns the id of waiter w in the masters' queues.
 func WaiterID(w any) string { return w.(*waiter).qid }
 
@@ -22,4 +30,12 @@ func SetPubSubClients(b *Backend, cs []*goredis.Client) {
 	for i, c := range cs {
 		b.notices[i].client = c
 	}
+}
+
+// Parked returns how many fair waiters of this process, on b's masters,
+// wait for a release of name.
+func Parked(b *Backend, name string) int {
+	parked.mu.Lock()
+	defer parked.mu.Unlock()
+	return len(parked.by[b.parkKey(name)])
 }

@@ -142,9 +142,13 @@ func (b *Backend) Release(ctx context.Context, h dlock.Hold) error {
 		return fmt.Errorf("%w: released already", dlock.ErrLeaseLost)
 	}
 	gb := b.holdRelease(h)
-	ok, no, failed := b.fanOut(context.Background(), b.quorum, false, func(ctx context.Context, i int) (bool, error) {
-		return b.releaseOn(ctx, i, h, gb)
-	})
+	call := func(ctx context.Context, i int) (bool, error) { return b.releaseOn(ctx, i, h, gb) }
+	if p := b.takeParked(h.Name); p != nil {
+		// A fair waiter of this process waits: its attempt follows the
+		// release on each master (see pass.go).
+		call = func(ctx context.Context, i int) (bool, error) { return b.releasePassing(ctx, i, h, gb, p) }
+	}
+	ok, no, failed := b.fanOut(context.Background(), b.quorum, false, call)
 	switch {
 	case ok >= b.quorum:
 		return nil

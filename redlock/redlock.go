@@ -27,6 +27,8 @@ type Backend struct {
 	owned  bool // Close closes the clients
 	desc   string
 	id     string // the prefix of this Backend's waiter ids (16 hex digits)
+	// masters identifies the masters and the key prefix (see mastersKey).
+	masters string
 
 	bg          sync.WaitGroup // per-node calls that outlive the operation that started them
 	closeOnce   sync.Once
@@ -39,6 +41,8 @@ type Backend struct {
 	notices     []notices          // per master: the release notices to waiters
 	woken       testCounter        // waiters woken by release notices
 	received    testCounter        // release notices received
+	passed      testCounter        // releases that sent a parked waiter's attempt along (see pass.go)
+	handedWon   testCounter        // attempts sent along by a release that got this Backend's waiter the lock
 	workers     sync.WaitGroup     // goroutines sending queued calls
 	pool        sync.WaitGroup     // goroutines of the masters' pools (see spawn)
 	quit        chan struct{}      // closed by Close after b.bg: ends the pools
@@ -98,6 +102,7 @@ func newBackend(clients []*goredis.Client, cfg config) (*Backend, error) {
 			"backend", b.desc, "masters", len(clients), "quorum", b.quorum)
 	}
 	b.id = newID()[:16]
+	b.masters = mastersKey(b)
 	b.closing, b.endRenewals = context.WithCancel(context.Background())
 	b.startConduits()
 	b.startNotices()

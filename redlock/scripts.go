@@ -106,7 +106,8 @@ end
 //
 // Fair waiters queue by ticket (their arrival time), so that the queues of
 // all masters agree on the order; a free lock with a queue goes to its head
-// only. Waiters whose deadline passed are dropped first. A waiter keeps
+// only. Waiters whose deadline passed are dropped first (behind a holder,
+// by its release). A waiter keeps
 // its id over its attempts, while each attempt has an acquisition id of its
 // own: the release of one attempt's grants must never match another's.
 //
@@ -131,9 +132,8 @@ if cur[7] and not tonumber(cur[7]) then return foreign('promise time pt is not a
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local function enqueue(zq, zd)
-  if not redis.call('ZSCORE', zq, qid) then
-    redis.call('ZADD', zq, ARGV[5], qid)
-  end
+  -- NX: a waiter keeps its ticket (its place) once queued.
+  redis.call('ZADD', zq, 'NX', ARGV[5], qid)
   local dl = now + tonumber(ARGV[6])
   redis.call('ZADD', zd, dl, qid)
   local last = redis.call('ZRANGE', zd, -1, -1, 'WITHSCORES')
@@ -163,7 +163,11 @@ if held and cur[1] == owner then
   return {2, cur[5] or '0', n, cur[3] or ''}
 end
 local head = false
-if mode == 'f' or redis.call('EXISTS', q) == 1 then
+if held then
+  -- Behind a holder only joining the queue matters: its release drops
+  -- the dead waiters as it looks for the head to notify.
+  if mode == 'f' then enqueue(q, qd) end
+elseif mode == 'f' or redis.call('EXISTS', q) == 1 then
   local dead = redis.call('ZRANGEBYSCORE', qd, '-inf', now, 'LIMIT', 0, 100)
   for _, id in ipairs(dead) do
     redis.call('ZREM', q, id)
@@ -332,7 +336,8 @@ end
 // fenced there). When the lock frees it publishes on the lock's channel.
 //
 //	KEYS: lock hash, queue, deadlines, wait queue, its deadlines, fence key
-//	ARGV: owner, token ("" for none), acquisition id, channel, waiter id ("" for none), floor ("" for none), promise ms
+//	ARGV: owner, token ("" for none), acquisition id, channel, waiter id ("" for none), floor ("" for none), promise ms,
+//	      [id of a waiter whose attempt follows the release in its pipeline: it is not notified]
 //
 // Replies {1, count left}, or {0} when the master does not hold it. The
 // waiter, if any, leaves the queues. The notice of a lock that freed
@@ -409,7 +414,9 @@ local function handoff()
     redis.call('HDEL', h, 'p', 'pt')
     pt = 0
   end
-  notify(ARGV[4], head)
+  -- A waiter whose attempt follows this release (ARGV[8], see pass.go)
+  -- needs no notice.
+  if head == '' or head ~= ARGV[8] then notify(ARGV[4], head) end
 end
 if not (live and cur[1] == ARGV[1] and (ARGV[2] ~= '' and cur[5] == ARGV[2] or cur[3] == ARGV[3])) then
   if not live and floor and cur[5] and tonumber(cur[5]) < floor then

@@ -31,6 +31,12 @@ type waiter struct {
 	attached [][2]bool
 	res      attemptResult
 	once     sync.Once
+	// handed carries the attempt a release sent for the waiter while it
+	// was parked (see pass.go); pending is that attempt, until Acquire or
+	// Cancel finishes it. parkedAt is the waiter's key among the parked.
+	handed   chan *handed
+	pending  *handed
+	parkedAt string
 
 	mu      sync.Mutex
 	noticed uint64 // masters that sent a release notice since the last attempt
@@ -95,7 +101,7 @@ const maxWait = 3 * time.Second
 
 func (b *Backend) newWaiter(req dlock.Request, qid, mode string, ticket int64, done *atomic.Bool) *waiter {
 	ch := b.channel(req.Name)
-	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, done: done, wake: make(chan struct{}, 1), named: make(chan struct{}, 1), first: true}
+	w := &waiter{b: b, req: req, qid: qid, mode: mode, ticket: ticket, done: done, wake: make(chan struct{}, 1), named: make(chan struct{}, 1), handed: make(chan *handed, 1), first: true}
 	w.chans = [2]string{ch, ch + ":" + b.id}
 	return w
 }
@@ -193,9 +199,18 @@ func (w *waiter) Wait(ctx context.Context) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	end := time.Now().Add(d)
+	if w.mode == modeFair {
+		// A release in this process may send the waiter's attempt along.
+		w.park()
+	}
 	for {
 		select {
+		case h := <-w.handed:
+			w.parkedAt = "" // taken out of the parked by the release
+			w.pending = h
+			return nil
 		case <-w.wake:
+			w.unpark()
 			return nil
 		case <-w.named:
 			// A notice named the waiter. Usually the notices of a
@@ -214,8 +229,13 @@ func (w *waiter) Wait(ctx context.Context) error {
 				end = time.Now().Add(nd)
 			}
 		case <-t.C:
+			w.unpark()
 			return nil
 		case <-ctx.Done():
+			w.unpark()
+			if w.pending != nil {
+				return nil // Acquire (or Cancel) finishes the attempt sent for it
+			}
 			return ctx.Err()
 		}
 	}
@@ -269,7 +289,15 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 	case <-w.named:
 	default:
 	}
-	g, res, err := w.b.attempt(ctx, w.req, w.qid, w.mode, w.ticket, w.done)
+	var g dlock.Grant
+	var res attemptResult
+	var err error
+	if h := w.pending; h != nil {
+		w.pending = nil
+		g, res, err = w.handedAttempt(ctx, h)
+	} else {
+		g, res, err = w.b.attempt(ctx, w.req, w.qid, w.mode, w.ticket, w.done)
+	}
 	if err == nil {
 		w.close()
 		return g, nil
@@ -281,8 +309,17 @@ func (w *waiter) Acquire(ctx context.Context) (dlock.Grant, error) {
 // Cancel stops the notices to the waiter and takes it out of the queues,
 // passing a release notice it may have been named in to the next waiter.
 // An attempt never leaves a grant behind, so there is nothing else to
-// withdraw.
+// withdraw, but for an attempt a release sent for the waiter (see pass.go)
+// that it did not finish: Cancel finishes it and releases what it got.
 func (w *waiter) Cancel(ctx context.Context) error {
+	if h := w.pending; h != nil {
+		// An attempt a release sent for the waiter: finish it, and give
+		// back what it got.
+		w.pending = nil
+		if g, _, err := w.handedAttempt(ctx, h); err == nil {
+			w.b.Release(context.WithoutCancel(ctx), dlock.Hold{Name: w.req.Name, Owner: w.req.Owner, Token: g.Token, Handle: g.Handle, Kind: w.req.Kind})
+		}
+	}
 	w.close()
 	w.done.Store(true)
 	return w.b.cancel(ctx, w.req.Name, w.qid)
