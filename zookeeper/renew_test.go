@@ -1,6 +1,7 @@
 package zookeeper_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -205,5 +206,67 @@ func TestRenewBatchAfterReconnect(t *testing.T) {
 	}
 	if want := map[string]int64{"exists": 1}; !sameCounts(sent, want) {
 		t.Errorf("second batch after the reconnection sent %v, want %v", sent, want)
+	}
+}
+
+// A backend whose recursive watch is set still gets its one-shot watches:
+// a waiter is granted at its predecessor's release with no request of its
+// own, and a subscription sees a release.
+func TestArmedBackendWaits(t *testing.T) {
+	srv := zkServer(t)
+	servers := []string{srv.Addr()}
+	b, hb := connect(t, servers), connect(t, servers)
+	ctx := ctxT(t, time.Minute)
+	c := client(t, b)
+	for i := range zookeeper.ArmHolds {
+		if _, err := c.Mutex(fmt.Sprintf("armed/%d", i)).Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the recursive watch", func() bool { return zookeeper.WatchArmed(b) })
+	holder, err := client(t, hb).Mutex("armed-wait").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := lockWaiting(t, c, "armed-wait", ctx)
+	before := b.Stats()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var r lockResult
+	select {
+	case r = <-res:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter was not granted 30s after the release")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if got := diff(before, b.Stats()); got["multi"]+got["getChildren2"]+got["exists"]+got["getData"] != 0 {
+		t.Errorf("the waiter sent %v after the release, want no read", got)
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	updates, err := c.Watch(wctx, "armed-wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+	for seen := false; ; {
+		select {
+		case h := <-updates:
+			switch {
+			case len(h.Holders) == 1 && h.Holders[0].Token == r.l.Token() && !seen:
+				seen = true
+				if err := r.l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case len(h.Holders) == 0 && seen:
+				return
+			}
+		case <-timeout:
+			t.Fatal("the subscription did not see the holder, then its release, within 30s")
+		}
 	}
 }
