@@ -31,17 +31,21 @@ type Backend struct {
 	base   time.Time // the monotonic origin of the holds' expiries (see instant)
 
 	mu        sync.Mutex
-	sid       int64         // the current session, 0 before the first
-	timeout   time.Duration // the session timeout granted by the servers
-	connected bool          // the session is connected (StateHasSession)
-	epoch     uint64        // disconnects seen so far
-	alive     time.Time     // send time of the latest answered request (New: of ours)
-	pending   int64         // the session id of the latest connect response
-	lostSid   int64         // the session the clock last declared lost ...
-	lostAt    time.Time     // ... for want of an answer since this time
-	changed   chan struct{} // closed and replaced when the session state changes
-	holds     []*hold       // the holds the monitor looks after (see forgetLocked)
-	sweepAt   time.Time     // the monitor sweeps again by then (or when kicked)
+	sid       int64               // the current session, 0 before the first
+	timeout   time.Duration       // the session timeout granted by the servers
+	connected bool                // the session is connected (StateHasSession)
+	epoch     uint64              // disconnects seen so far
+	alive     time.Time           // send time of the latest answered request (New: of ours)
+	pending   int64               // the session id of the latest connect response
+	lostSid   int64               // the session the clock last declared lost ...
+	lostAt    time.Time           // ... for want of an answer since this time
+	changed   chan struct{}       // closed and replaced when the session state changes
+	holds     []*hold             // the holds the monitor looks after (see forgetLocked)
+	byPath    map[string]*hold    // the holds the recursive watch tells about, by node (one per node)
+	deleted   [deletedRing]string // the latest node deletions seen, the k-th at k % deletedRing
+	evSeq     uint64              // node deletions seen
+	arming    atomic.Bool         // a goroutine sets the recursive watch (see armSoonLocked)
+	sweepAt   time.Time           // the monitor sweeps again by then (or when kicked)
 	orphans   []orphan
 	closed    bool
 	onLoss    func(dlock.Hold, error) // the Client's loss handler, see ReportLoss
@@ -68,6 +72,7 @@ func newBackend(cfg config, desc string) *Backend {
 		base:    time.Now(),
 		timeout: cfg.sessionTimeout,
 		changed: make(chan struct{}),
+		byPath:  make(map[string]*hold),
 		wake:    make(chan struct{}, 1),
 		jobs:    make(chan func()),
 		quit:    make(chan struct{}),
@@ -94,7 +99,7 @@ func Open(ctx context.Context, addr string, opts ...Option) (*Backend, error) {
 		return nil, errkind.Errorf(dlock.ErrInvalidOption, "zookeeper: %v", err)
 	}
 	b := newBackend(cfg, "zookeeper "+strings.Join(servers, ",")+cfg.root)
-	b.wire = &wire{base: time.Now(), session: b.onSession, refused: connect.NewRefusals(resolve(ctx, servers))}
+	b.wire = &wire{base: time.Now(), session: b.onSession, refused: connect.NewRefusals(resolve(ctx, servers)), root: cfg.root}
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithDialer(b.wire.dial),
 		zk.WithEventCallback(b.onEvent),

@@ -77,7 +77,14 @@
 // A request whose owner equals the holder's re-enters: it raises the count
 // with a conditional setData, withdraws its own child and gets the
 // holder's token. A renewal reads the child's stat: it must exist, have
-// the hold's czxid and belong to the current session.
+// the hold's czxid and belong to the current session. A backend holding
+// many leases (256) sets one persistent recursive watch on its root
+// (ZooKeeper 3.6's addWatch, sent on the backend's own connection by
+// Open; a Backend made by New cannot) and then renews them all with one
+// request per batch: the watch reports a deleted child at once, and its
+// lease is lost (see [Backend.RenewBatch]). The watch brings the backend
+// a notification for every change under the root while its connection
+// lasts; with fewer holds, each renewal reads its child.
 //
 // # Semaphores and read-write locks
 //

@@ -56,10 +56,10 @@ func heldSizes() []int {
 	return ns
 }
 
-// BenchmarkWatchBytes measures what go-zookeeper keeps per watch, the
-// part of a held lease's memory that is not the backend's own: a renewal
-// leaves a watch on each held node (see Backend.RenewBatch), and
-// go-zookeeper keeps a channel and a map entry for each. It creates
+// BenchmarkWatchBytes measures what go-zookeeper keeps per watch: a
+// channel and a map entry. A watch per held node (the backend's design
+// before the recursive watch, see Backend.RenewBatch) cost that much per
+// held lease. It creates
 // 10,000 nodes, leaves a watch on each with ExistsW, and reports the heap
 // allocated (after a GC) per watch.
 //

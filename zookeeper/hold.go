@@ -65,13 +65,6 @@ func (hd *hold) overLocked(released string) error {
 // time plus the session timeout; ttl (at most the session timeout) is how
 // long the backend keeps the hold without a further renewal.
 func (b *Backend) Renew(ctx context.Context, h dlock.Hold, ttl time.Duration) error {
-	return b.renew(ctx, h, ttl, false)
-}
-
-// renew is Renew; with watch it leaves a watch on the node of an own hold
-// of the current session, which lets later renewals in a batch go without
-// a request of their own (see RenewBatch).
-func (b *Backend) renew(ctx context.Context, h dlock.Hold, ttl time.Duration, watch bool) error {
 	hd, err := b.holdOf(ctx, h)
 	if err != nil {
 		return err
@@ -85,29 +78,21 @@ func (b *Backend) renew(ctx context.Context, h dlock.Hold, ttl time.Duration, wa
 	if err := b.checkTTL(ttl); err != nil {
 		return err
 	}
-	sid, _ := b.session()
 	b.mu.Lock()
 	hd.busy++
-	// A watch left earlier stays: a second one on the node would be kept
-	// by go-zookeeper until the node changes.
-	watch = watch && hd.watch == nil && hd.own() && hd.session == sid
 	b.mu.Unlock()
 
 	start := time.Now()
-	var st *zk.Stat
-	var ch <-chan zk.Event
-	if watch {
-		st, ch, err = b.existsW(ctx, hd.path)
-	} else {
-		st, err = b.exists(ctx, hd.path)
-	}
-	sid, _ = b.session()
+	v := b.verifyStart()
+	st, err := b.exists(ctx, hd.path)
+	v = b.verifyEnd(v)
+	sid, _ := b.session()
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	hd.busy--
 	switch {
-	case errors.Is(err, zk.ErrNoNode):
+	case errors.Is(err, zk.ErrNoNode) || err == nil && hd.gone:
 		hd.lose(lostErr("the node of token %d of %q was deleted (session ended or lock released)", hd.token, hd.name()))
 		hd.done = true
 	case err != nil:
@@ -123,33 +108,52 @@ func (b *Backend) renew(ctx context.Context, h dlock.Hold, ttl time.Duration, wa
 		return hd.lostErr()
 	}
 	hd.expires = b.instant(start.Add(ttl))
-	if ch != nil {
-		hd.watch = ch
+	if v.gen != 0 && hd.own() && b.byPath[hd.path] == hd {
+		// The node was there after the recursive watch was set, and
+		// its deletion since would have marked hd gone.
+		hd.gen = v.gen
 	}
 	return nil
 }
 
-// RenewBatch renews many holds with one request for all those that a
-// watch already guards, and a request each for the others.
+// RenewBatch renews many holds with one request for all those that the
+// recursive watch guards, and a request each for the others.
 //
-// A hold's first renewal in a batch reads its node as Renew does and
-// leaves a watch on it. A later renewal of a hold whose watch is still
-// quiet needs no request of its own: the one request of the batch (a read
-// of the root), once answered, proves that the session was alive when it
-// was sent, and ZooKeeper delivers a watch's event before the answer to
-// any request sent after the change, so a node deleted (or changed) before
-// then has its event in the watch's channel by the time the answer
-// arrives. The node's path carries a random id per acquisition, so the
-// node that exists at it is the hold's own. A hold whose watch fired, one
-// in another session and one without a watch is renewed by its own
-// request, pipelined by a fixed number of goroutines (not one per hold).
+// A backend that holds many leases (armHolds) sets a persistent recursive
+// watch on its root (ZooKeeper 3.6's addWatch, see wire.arm) on each
+// connection: ZooKeeper then reports every deletion under the root, and
+// nodeDeleted marks the hold of the deleted node (and reports it lost at
+// once). A hold is guarded from the moment its node was seen (made, or
+// read by a renewal) after the watch was set on the current connection.
+// A renewal of a guarded hold that is not marked needs no request of its
+// own: the one request of the batch (a read of the root), once answered
+// on the same connection, proves that the session was alive when it was
+// sent, and ZooKeeper delivers a watch's notification before the answer
+// to any request sent after the change, so a node deleted before then has
+// marked its hold by the time the answer arrives. The node's path carries
+// a random id per acquisition, so the node that exists at it is the
+// hold's own. A hold that is not guarded (on a new connection, in another
+// session, a second hold of the same node, or with a Backend made by New,
+// whose connection the wire does not see) is renewed by its own request,
+// pipelined by a fixed number of goroutines (not one per hold).
+//
+// The watch costs the client nothing per hold, where a watch per node
+// cost about 260 bytes in go-zookeeper (BenchmarkWatchBytes).
 func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	errs := make([]error, len(rs))
-	quiet := make([]*hold, len(rs)) // the holds a quiet watch guards
+	b.mu.Lock()
+	want := b.wantWatchLocked()
+	b.mu.Unlock()
+	if want {
+		// Set it before the renewals below, so that they leave their
+		// holds guarded (after a reconnection, say).
+		b.wire.arm(ctx)
+	}
+	quiet := make([]*hold, len(rs)) // the holds the recursive watch guards
 	n := 0
 	b.mu.Lock()
 	for i, r := range rs {
-		if hd, ok := r.Hold.Handle.(*hold); ok && hd != nil && hd.watch != nil && hd.busy == 0 {
+		if hd, ok := r.Hold.Handle.(*hold); ok && hd != nil && hd.gen != 0 && hd.busy == 0 {
 			quiet[i] = hd
 			hd.busy++
 			n++
@@ -158,13 +162,17 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	b.mu.Unlock()
 	if n > 0 {
 		start := time.Now()
+		g := b.wire.sentGen()
 		_, err := b.exists(ctx, "/")
+		if b.wire.watchGen() != g {
+			g = 0
+		}
 		sid, _ := b.session()
 		b.mu.Lock()
 		for i, hd := range quiet {
 			if hd != nil {
 				hd.busy--
-				if errs[i] = b.renewQuietLocked(hd, rs[i].TTL, start, sid, err); errs[i] == errWatchFired {
+				if errs[i] = b.renewQuietLocked(hd, rs[i].TTL, start, sid, g, err); errs[i] == errUnguarded {
 					quiet[i] = nil
 					n--
 				}
@@ -180,7 +188,7 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(rs); i = int(next.Add(1) - 1) {
 				if quiet[i] == nil {
-					errs[i] = b.renew(ctx, rs[i].Hold, rs[i].TTL, true)
+					errs[i] = b.Renew(ctx, rs[i].Hold, rs[i].TTL)
 				}
 			}
 		}()
@@ -189,25 +197,24 @@ func (b *Backend) RenewBatch(ctx context.Context, rs []dlock.Renewal) []error {
 	return errs
 }
 
-// errWatchFired says that a hold's watch has an event: the hold needs a
-// request of its own to be renewed.
-var errWatchFired = errors.New("the node's watch fired")
+// errUnguarded says that the recursive watch no longer vouches for a
+// hold: it needs a request of its own to be renewed.
+var errUnguarded = errors.New("the hold is not guarded by the recursive watch")
 
-// renewQuietLocked renews hd, whose watch was quiet when the batch's
-// request was sent at start and answered with err in session sid (see
-// RenewBatch). b.mu is held.
-func (b *Backend) renewQuietLocked(hd *hold, ttl time.Duration, start time.Time, sid int64, err error) error {
+// renewQuietLocked renews hd, guarded by the recursive watch when the
+// batch's request was sent at start and answered with err in session sid
+// on connection generation g (0: the watch was not set, or the connection
+// changed; see RenewBatch). b.mu is held.
+func (b *Backend) renewQuietLocked(hd *hold, ttl time.Duration, start time.Time, sid int64, g uint32, err error) error {
 	if lost := hd.overLocked("released"); lost != nil {
 		return lost
 	}
 	if err := b.checkTTLLocked(ttl); err != nil {
 		return err
 	}
-	select {
-	case <-hd.watch:
-		hd.watch = nil
-		return errWatchFired
-	default:
+	if hd.gone || g == 0 || hd.gen != g {
+		hd.gen = 0
+		return errUnguarded
 	}
 	switch {
 	case err != nil:

@@ -37,7 +37,7 @@ func TestHoldRegistry(t *testing.T) {
 	hs := make([]*hold, 6)
 	for i := range hs {
 		hs[i] = &hold{path: "/dlock/n/" + string(rune('a'+i))}
-		b.addHold(hs[i], time.Now().Add(time.Minute))
+		b.addHold(hs[i], time.Now().Add(time.Minute), verified{})
 	}
 	stray := &hold{path: "/dlock/stray"}
 	check := func(want ...*hold) {

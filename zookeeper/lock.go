@@ -77,6 +77,7 @@ type waiter struct {
 	name    string // the node's name in parent
 	czxid   int64
 	session int64
+	ver     verified // how the node was made (see verified)
 
 	alone   bool            // the node was the container's only child when made
 	watch   <-chan zk.Event // the predecessor's watch, nil once it fired
@@ -323,7 +324,7 @@ func (b *Backend) foreign(node, why string) error {
 // grant makes the waiter's node the hold.
 func (w *waiter) grant(start time.Time) dlock.Grant {
 	h := &hold{path: w.path, owner: w.req.Owner, token: w.czxid, session: w.session, fresh: true}
-	w.b.addHold(h, start.Add(w.req.TTL))
+	w.b.addHold(h, start.Add(w.req.TTL), w.ver)
 	w.path = ""
 	return dlock.Grant{Token: uint64(w.czxid), Count: 1, Handle: h}
 }
@@ -341,16 +342,26 @@ func (w *waiter) reenter(ctx context.Context, holder string, st *zk.Stat, d node
 	w.withdraw(ctx)
 	sid, _ := b.session()
 	h := &hold{path: holder, owner: w.req.Owner, token: st.Czxid, session: ownSession(sid, st.EphemeralOwner)}
-	b.addHold(h, start.Add(w.req.TTL))
+	b.addHold(h, start.Add(w.req.TTL), verified{})
 	return dlock.Grant{Token: uint64(st.Czxid), Count: d.Count + 1, Handle: h}, nil
 }
 
-func (b *Backend) addHold(h *hold, expires time.Time) {
+// addHold registers h, granted with an expiry and, if v says so, guarded
+// by the recursive watch since its node was made (see verified).
+func (b *Backend) addHold(h *hold, expires time.Time, v verified) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h.expires = b.instant(expires)
 	b.holds = append(b.holds, h)
 	h.slot = int32(len(b.holds))
+	if _, dup := b.byPath[h.path]; !dup {
+		// A second hold on a node (a reentry) is renewed by requests.
+		b.byPath[h.path] = h
+		if v.gen != 0 && !b.deletedSinceLocked(h.path, v.seq) {
+			h.gen = v.gen
+		}
+	}
+	b.armSoonLocked()
 	if expires.Before(b.sweepAt) {
 		b.kick() // the monitor would sleep past the hold's expiry
 	}
@@ -361,6 +372,9 @@ func (b *Backend) addHold(h *hold, expires time.Time) {
 func (b *Backend) forgetLocked(h *hold) {
 	if h.slot == 0 {
 		return
+	}
+	if b.byPath[h.path] == h {
+		delete(b.byPath, h.path)
 	}
 	i, last := int(h.slot-1), len(b.holds)-1
 	b.holds[i] = b.holds[last]

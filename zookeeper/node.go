@@ -33,6 +33,7 @@ func (w *waiter) create(ctx context.Context) error {
 	data := nodeBytes(w.req)
 	var last error
 	for range 8 {
+		v := b.verifyStart()
 		res, err := callLate(b, ctx, func() ([]zk.MultiResponse, error) {
 			return b.conn.Multi(
 				&zk.CreateRequest{Path: prefix, Data: data, Acl: b.cfg.acl, Flags: zk.FlagEphemeralSequential},
@@ -55,6 +56,7 @@ func (w *waiter) create(ctx context.Context) error {
 			sid, _ := b.session()
 			w.setNode(res[0].String, res[1].Stat.Mzxid, sid)
 			w.alone = res[1].Stat.NumChildren == 1
+			w.ver = b.verifyEnd(v)
 			return nil
 		case err == nil:
 			return fmt.Errorf("zookeeper: unexpected multi answer %+v", res)
@@ -99,7 +101,7 @@ func (w *waiter) create(ctx context.Context) error {
 }
 
 func (w *waiter) setNode(path string, czxid, session int64) {
-	w.path, w.czxid, w.session, w.alone = path, czxid, session, false
+	w.path, w.czxid, w.session, w.alone, w.ver = path, czxid, session, false, verified{}
 	w.name = path[strings.LastIndexByte(path, '/')+1:]
 }
 

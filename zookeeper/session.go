@@ -44,13 +44,14 @@ type hold struct {
 	session int64 // the node's session when it is this backend's (see own), else 0
 
 	// Guarded by Backend.mu.
-	expires int64           // release unless renewed by then (start of the last renewal + TTL), as Backend.instant
-	watch   <-chan zk.Event // the node's watch, left by its last renewal in a batch; nil if none
-	lost    *error          // why the hold is lost, nil while valid (see lostErr and lose)
-	slot    int32           // 1 + the hold's index in Backend.holds; 0 when not there
-	busy    int16           // renewals and releases in flight (a few at most)
-	fresh   bool            // own node granted at data version 0 with count 1 (set once)
-	done    bool            // released, or lost and cleaned up
+	expires int64  // release unless renewed by then (start of the last renewal + TTL), as Backend.instant
+	lost    *error // why the hold is lost, nil while valid (see lostErr and lose)
+	slot    int32  // 1 + the hold's index in Backend.holds; 0 when not there
+	gen     uint32 // the connection whose recursive watch guards the node since it was last seen (see RenewBatch); 0 if none
+	busy    int16  // renewals and releases in flight (a few at most)
+	fresh   bool   // own node granted at data version 0 with count 1 (set once)
+	done    bool   // released, or lost and cleaned up
+	gone    bool   // the recursive watch saw the node deleted
 }
 
 // own reports whether hd's node is in this backend's session (an
@@ -116,6 +117,10 @@ func (b *Backend) onSession(id int64, timeout time.Duration) {
 // onEvent is go-zookeeper's event callback of an own connection. It runs
 // on go-zookeeper's goroutines and must not block.
 func (b *Backend) onEvent(ev zk.Event) {
+	if ev.Type == zk.EventNodeDeleted {
+		b.nodeDeleted(ev.Path)
+		return
+	}
 	if ev.Type != zk.EventSession {
 		return
 	}
@@ -327,6 +332,9 @@ func (b *Backend) sweep() time.Duration {
 		case h.done:
 			b.forgetLocked(h)
 		case h.busy > 0:
+		case h.lost != nil && h.gone:
+			h.done = true // nothing to delete
+			b.forgetLocked(h)
 		case h.lost != nil:
 			if !h.own() || h.session != b.sid {
 				// The node is in someone else's session, or its
@@ -444,4 +452,113 @@ func (b *Backend) addOrphan(o orphan) {
 	}
 	b.orphans = append(b.orphans, o)
 	b.kick()
+}
+
+// The recursive watch: the holds of a backend that holds many are guarded
+// by one persistent recursive watch on the root (see wire.arm), instead of
+// a watch per node, which go-zookeeper keeps in about 260 bytes per node.
+// A deletion that it reports reaches nodeDeleted, which marks the hold of
+// that node; a batch of renewals then needs one request for every hold
+// that the watch has guarded since its node was last seen (see RenewBatch).
+
+// armHolds is how many holds make the backend set the recursive watch.
+// The watch brings a notification for every change under the root, the
+// other clients' included, for as long as the connection lasts: a backend
+// holding fewer leases (every short-lived lock, 32 goroutines on distinct
+// names) renews each with a request of its own instead.
+const armHolds = 256
+
+// deletedRing is how many of the latest node deletions the backend keeps,
+// for the holds being granted while they come (see verified).
+const deletedRing = 256
+
+// verified is what makes a hold guarded by the recursive watch from its
+// grant on, without a request: the generation of the connection on which
+// the node was made after the watch was set (0: not so), and how many
+// deletions had been seen before.
+type verified struct {
+	gen uint32
+	seq uint64
+}
+
+// verifyStart is called before a request that sees a node: it returns the
+// generation of the connection if the recursive watch was asked for on it,
+// and the count of deletions seen.
+func (b *Backend) verifyStart() verified {
+	if b.wire == nil {
+		return verified{}
+	}
+	g := b.wire.sentGen()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return verified{gen: g, seq: b.evSeq}
+}
+
+// verifyEnd is called when the request of v answered that the node is
+// there: v is still good if the watch was set and the connection is the
+// same, so that every later deletion of the node comes to nodeDeleted.
+func (b *Backend) verifyEnd(v verified) verified {
+	if v.gen == 0 || b.wire.watchGen() != v.gen {
+		return verified{}
+	}
+	return v
+}
+
+// deletedSinceLocked reports whether path may have been deleted among the
+// deletions seen after the first seq. b.mu is held.
+func (b *Backend) deletedSinceLocked(path string, seq uint64) bool {
+	if b.evSeq-seq >= deletedRing {
+		return true // forgotten: maybe
+	}
+	for k := seq + 1; k <= b.evSeq; k++ {
+		if b.deleted[k%deletedRing] == path {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeDeleted handles the notification of a node's deletion. A valid own
+// hold of the current session on that node is lost at once and reported
+// to the Client; one with a request in flight (its own release, say) is
+// only marked, and the request finds out.
+func (b *Backend) nodeDeleted(path string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.evSeq++
+	b.deleted[b.evSeq%deletedRing] = path
+	hd := b.byPath[path]
+	if hd == nil {
+		return
+	}
+	hd.gone = true
+	if hd.busy > 0 || hd.done || hd.lost != nil || !hd.own() || hd.session != b.sid || b.closed {
+		return
+	}
+	err := hd.lose(lostErr("the node of token %d of %q was deleted", hd.token, hd.name()))
+	if b.onLoss != nil {
+		b.onLoss(dlock.Hold{Name: hd.name(), Owner: hd.owner, Token: uint64(hd.token), Handle: hd}, err)
+	}
+	b.kick()
+}
+
+// wantWatchLocked reports whether the backend holds enough leases to set
+// the recursive watch, and it is not set on the current connection (a
+// new connection has none). b.mu is held.
+func (b *Backend) wantWatchLocked() bool {
+	return b.wire != nil && len(b.holds) >= armHolds && !b.closed && b.wire.watchGen() == 0
+}
+
+// armSoonLocked sets the recursive watch in the background if the backend
+// wants it. b.mu is held.
+func (b *Backend) armSoonLocked() {
+	if !b.wantWatchLocked() || !b.arming.CompareAndSwap(false, true) {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer b.arming.Store(false)
+		b.wire.arm(b.ctx)
+	}()
 }

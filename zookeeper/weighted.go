@@ -323,7 +323,7 @@ func (w *wwaiter) reenter(ctx context.Context, k *kid, start time.Time) (dlock.G
 	w.withdraw(ctx)
 	sid, _ := b.session()
 	h := &hold{path: path, owner: w.req.Owner, token: k.stat.Czxid, session: ownSession(sid, k.stat.EphemeralOwner)}
-	b.addHold(h, start.Add(w.req.TTL))
+	b.addHold(h, start.Add(w.req.TTL), verified{})
 	return dlock.Grant{Token: uint64(k.stat.Czxid), Count: d.Count, Handle: h}, nil
 }
 
@@ -339,7 +339,7 @@ func (w *wwaiter) grant(ctx context.Context, start time.Time, touch bool) dlock.
 		fresh = false // the release reads the data version
 	}
 	h := &hold{path: w.path, owner: w.req.Owner, token: w.czxid, session: w.session, fresh: fresh}
-	w.b.addHold(h, start.Add(w.req.TTL))
+	w.b.addHold(h, start.Add(w.req.TTL), w.ver)
 	w.path = ""
 	return dlock.Grant{Token: uint64(w.czxid), Count: 1, Handle: h}
 }
