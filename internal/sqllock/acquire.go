@@ -255,11 +255,18 @@ func (e *Engine) Acquire(ctx context.Context, req dlock.Request) (dlock.Grant, d
 // enqueue adds req to the end of the fair queue, sweeping out the waiters
 // of its name that died, and returns its sequence number.
 func (e *Engine) enqueue(ctx context.Context, c querier, req dlock.Request) (int64, error) {
+	args := []any{req.Name, req.Owner, ttlMillis(e.wttl)}
+	var seq int64
+	if e.q.sweepEnqueue != "" {
+		ok, err := queryOne(ctx, c, e.q.sweepEnqueue, append([]any{req.Name}, args...), &seq)
+		if err == nil && !ok {
+			err = errors.New("INSERT … RETURNING seq returned no row")
+		}
+		return seq, err
+	}
 	if _, err := c.ExecContext(ctx, e.q.sweepName, req.Name); err != nil {
 		return 0, err
 	}
-	args := []any{req.Name, req.Owner, ttlMillis(e.wttl)}
-	var seq int64
 	if e.d.Returning {
 		ok, err := queryOne(ctx, c, e.q.enqueue, args, &seq)
 		if err == nil && !ok {

@@ -58,6 +58,9 @@ type statements struct {
 	enqueue string
 	// sweepName: name. Deletes the expired waiters of a name.
 	sweepName string
+	// sweepEnqueue (WritableCTE and Returning): name, then enqueue's.
+	// sweepName and enqueue in one statement; returns seq.
+	sweepEnqueue string
 	// beat: waiter ttl, seq. Refreshes a live waiter row.
 	beat string
 	// dequeue: seq.
@@ -170,6 +173,12 @@ FROM (SELECT ? AS name) k LEFT JOIN {L} l ON l.name = k.name`)
 		enqueue += ` RETURNING seq`
 	}
 	s.enqueue = rebind(enqueue)
+	if d.WritableCTE && d.Returning {
+		// The deletion and the insertion touch different rows: one
+		// statement does both, one round trip fewer per queued waiter.
+		s.sweepEnqueue = rebind(`WITH s AS (DELETE FROM {W} WHERE name = ? AND expires_at <= {NOW})
+` + enqueue)
+	}
 	s.beat = rebind(`UPDATE {W} SET expires_at = {NOW} + ? WHERE seq = ? AND expires_at > {NOW}`)
 	s.dequeue = rebind(`DELETE FROM {W} WHERE seq = ?`)
 }
