@@ -603,7 +603,6 @@ func (w *waiter) wwait(ctx context.Context) error {
 	if err := w.start(ctx); err != nil {
 		return err
 	}
-	fallback := fallbackMin
 	for {
 		local, remote := w.channels(true)
 		if err := w.keepAlive(ctx); err != nil && ctx.Err() != nil {
@@ -628,8 +627,9 @@ func (w *waiter) wwait(ctx context.Context) error {
 		sent, _ := w.e.beats.of(w)
 		bound = min(bound, time.Until(sent.Add(w.e.wttl/3)))
 		if w.sub == nil {
-			bound = min(bound, fallback)
-			fallback = min(fallback*2, fallbackMax)
+			// Nothing announces a release: look again by the fair
+			// schedule, soon while the holders and the queue move.
+			bound = min(bound, fairDelay(w.still(lockState{token: uint64(l.used), head: l.head.Int64})))
 		}
 		if try, err := w.sleep(ctx, max(bound, 0), local, remote); try {
 			return err
