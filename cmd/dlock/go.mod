@@ -2,7 +2,7 @@ module github.com/dlock-dev/dlock/cmd/dlock
 
 go 1.26.0
 
-require github.com/dlock-dev/dlock v0.0.0-20261129051224-aba91411fa18
+require github.com/dlock-dev/dlock v0.0.0-20261129060537-ee3f39645696
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
