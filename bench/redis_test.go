@@ -45,19 +45,7 @@ func BenchmarkRedis(b *testing.B) {
 	if addr == "" {
 		addr = testserver.Redis(b).Addr()
 	}
-	admin := goredis.NewClient(&goredis.Options{Addr: addr})
-	defer admin.Close()
-	if err := admin.Ping(context.Background()).Err(); err != nil {
-		b.Fatalf("redis at %s: %v", addr, err)
-	}
-	// Each locker stands for a process: it gets a client (connection pool)
-	// of its own.
-	newClient := func(b testing.TB, counter goredis.Hook) *goredis.Client {
-		c := goredis.NewClient(&goredis.Options{Addr: addr})
-		c.AddHook(counter)
-		b.Cleanup(func() { c.Close() })
-		return c
-	}
+	admin, newClient := redisClients(b, addr)
 
 	for _, mode := range []struct {
 		name string
@@ -344,14 +332,7 @@ func BenchmarkRedisTokens(b *testing.B) {
 	if addr == "" {
 		addr = testserver.Redis(b).Addr()
 	}
-	admin := goredis.NewClient(&goredis.Options{Addr: addr})
-	defer admin.Close()
-	newClient := func(b testing.TB, counter goredis.Hook) *goredis.Client {
-		c := goredis.NewClient(&goredis.Options{Addr: addr})
-		c.AddHook(counter)
-		b.Cleanup(func() { c.Close() })
-		return c
-	}
+	admin, newClient := redisClients(b, addr)
 	for _, mode := range []struct {
 		name string
 		opts []dredis.Option
@@ -372,4 +353,21 @@ func BenchmarkRedisTokens(b *testing.B) {
 		})
 	}
 	b.Run("floor", func(b *testing.B) { roundTripFloor(b, admin, newClient(b, cmdCounter{new(atomic.Int64)})) })
+}
+
+// redisClients returns an admin client of the redis at addr, closed at the
+// end of b, and newClient, which gives each locker a client (a connection
+// pool) of its own, as a process would have, with counter hooked.
+func redisClients(b *testing.B, addr string) (admin *goredis.Client, newClient func(testing.TB, goredis.Hook) *goredis.Client) {
+	admin = goredis.NewClient(&goredis.Options{Addr: addr})
+	b.Cleanup(func() { admin.Close() })
+	if err := admin.Ping(context.Background()).Err(); err != nil {
+		b.Fatalf("redis at %s: %v", addr, err)
+	}
+	return admin, func(t testing.TB, counter goredis.Hook) *goredis.Client {
+		c := goredis.NewClient(&goredis.Options{Addr: addr})
+		c.AddHook(counter)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 }
